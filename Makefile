@@ -1,0 +1,46 @@
+# make test   set everything up on a fresh Debian machine, then run the tests
+# make bench  set everything up, then run the benchmark
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+SOURCES := pyproject.toml setup.py _build_cffi.py
+
+.PHONY: test bench system-deps clean
+
+test: $(VENV)/.installed-test
+	$(PY) -m pytest
+
+bench: $(VENV)/.installed-bench
+	$(PY) benchmarks/file_reads.py
+
+# Debian packages the build needs and a fresh machine may lack.
+system-deps:
+	@missing=""; \
+	[ -f /usr/include/liburing.h ] || missing="$$missing liburing-dev"; \
+	command -v cc >/dev/null 2>&1 || missing="$$missing gcc libc6-dev"; \
+	command -v $(PYTHON) >/dev/null 2>&1 || missing="$$missing python3"; \
+	if command -v $(PYTHON) >/dev/null 2>&1; then \
+	  $(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+	    || missing="$$missing python3-dev"; \
+	  $(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
+	fi; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+$(VENV)/bin/python: | system-deps
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(VENV)/.installed-test: $(SOURCES) | $(VENV)/bin/python system-deps
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+$(VENV)/.installed-bench: $(SOURCES) | $(VENV)/bin/python system-deps
+	$(PY) -m pip install -q -e '.[test,bench]'
+	touch $@
+
+clean:
+	rm -rf $(VENV) build *.egg-info aioring/*.so aioring/_liburing.c tests/.scratch benchmarks/.data

@@ -1,0 +1,370 @@
+"""cffi build script: aioring's C surface over liburing (out-of-line API mode).
+
+liburing's ``io_uring_prep_*`` helpers are ``static inline``, so only API mode
+reaches them.  The hot path is a handful of small C helpers: one call per
+operation gets, prepares and tags an SQE; one call per wakeup harvests every
+ready CQE into three flat arrays.  Python never touches an SQE or a CQE.
+
+Sections, in order: includes and definitions a newer kernel adds (C source),
+types, functions, constants (cdef).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from cffi import FFI
+
+MODULE_NAME = "aioring._liburing"
+
+# --------------------------------------------------------------------------
+# C source: includes, constants newer than liburing 2.3, hot-path helpers.
+# --------------------------------------------------------------------------
+C_SOURCE = r"""
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+#include <liburing.h>
+
+/* Flags a newer kernel added; the kernel refuses them with EINVAL where it
+   lacks them, and the ring is then set up without. */
+#ifndef IORING_SETUP_SUBMIT_ALL
+#define IORING_SETUP_SUBMIT_ALL (1U << 7)
+#endif
+#ifndef IORING_SETUP_COOP_TASKRUN
+#define IORING_SETUP_COOP_TASKRUN (1U << 8)
+#endif
+#ifndef IORING_SETUP_TASKRUN_FLAG
+#define IORING_SETUP_TASKRUN_FLAG (1U << 9)
+#endif
+#ifndef IORING_SETUP_SINGLE_ISSUER
+#define IORING_SETUP_SINGLE_ISSUER (1U << 12)
+#endif
+#ifndef IORING_SETUP_DEFER_TASKRUN
+#define IORING_SETUP_DEFER_TASKRUN (1U << 13)
+#endif
+#ifndef IORING_SQ_TASKRUN
+#define IORING_SQ_TASKRUN (1U << 2)
+#endif
+
+/* Set up a ring; returns 0 or -errno.  *features receives the kernel's
+   IORING_FEAT_* bits, *sq_entries and *cq_entries the sizes it granted. */
+static int aior_setup(struct io_uring *ring, unsigned entries,
+                      unsigned cq_entries, unsigned flags, unsigned *features,
+                      unsigned *sq_entries, unsigned *cq_out)
+{
+    struct io_uring_params p;
+    int ret;
+
+    memset(&p, 0, sizeof(p));
+    p.flags = flags;
+    if (cq_entries) {
+        p.flags |= IORING_SETUP_CQSIZE;
+        p.cq_entries = cq_entries;
+    }
+    ret = io_uring_queue_init_params(entries, ring, &p);
+    if (ret < 0)
+        return ret;
+    *features = p.features;
+    *sq_entries = p.sq_entries;
+    *cq_out = p.cq_entries;
+    return 0;
+}
+
+/* Fill supported[op] with 1 for every opcode the kernel knows.  Returns the
+   number of opcodes probed (last_op + 1) or -errno. */
+static int aior_probe(struct io_uring *ring, unsigned char *supported, int n)
+{
+    struct io_uring_probe *probe = io_uring_get_probe_ring(ring);
+    int i, last;
+
+    if (!probe)
+        return -ENOSYS;
+    last = probe->last_op;
+    for (i = 0; i < n; i++)
+        supported[i] = i <= last && io_uring_opcode_supported(probe, i);
+    io_uring_free_probe(probe);
+    return last + 1;
+}
+
+/* One call per operation: get an SQE, prepare a read/write-shaped request,
+   tag it.  -EBUSY when the submission queue is full.  off = -1 reaches the
+   kernel as (u64)-1, "the file's current position". */
+static int aior_prep_rw(struct io_uring *ring, int op, int fd, void *addr,
+                        unsigned len, int64_t off, unsigned op_flags,
+                        uint64_t user_data)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+
+    if (!sqe)
+        return -EBUSY;
+    io_uring_prep_rw(op, sqe, fd, addr, len, (__u64)off);
+    sqe->rw_flags = op_flags;
+    sqe->user_data = user_data;
+    return 0;
+}
+
+/* Ask the kernel to cancel the request tagged `target`. */
+static int aior_prep_cancel(struct io_uring *ring, uint64_t target,
+                            uint64_t user_data)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+
+    if (!sqe)
+        return -EBUSY;
+    io_uring_prep_rw(IORING_OP_ASYNC_CANCEL, sqe, -1, NULL, 0, 0);
+    sqe->addr = target;
+    sqe->user_data = user_data;
+    return 0;
+}
+
+/* One-shot poll for `mask` on fd. */
+static int aior_prep_poll(struct io_uring *ring, int fd, unsigned mask,
+                          uint64_t user_data)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+
+    if (!sqe)
+        return -EBUSY;
+    io_uring_prep_poll_add(sqe, fd, mask);
+    sqe->user_data = user_data;
+    return 0;
+}
+
+static unsigned aior_harvest(struct io_uring *ring, uint64_t *ud, int32_t *res,
+                             uint32_t *flags, unsigned max)
+{
+    struct io_uring_cqe *cqe;
+    unsigned head, n = 0;
+
+    io_uring_for_each_cqe(ring, head, cqe) {
+        if (n == max)
+            break;
+        ud[n] = cqe->user_data;
+        res[n] = cqe->res;
+        flags[n] = cqe->flags;
+        n++;
+    }
+    io_uring_cq_advance(ring, n);
+    return n;
+}
+
+/* Completions the kernel holds back (overflow list, deferred task work)
+   appear only after an enter with GETEVENTS. */
+static int aior_needs_enter(struct io_uring *ring)
+{
+    return IO_URING_READ_ONCE(*ring->sq.kflags) &
+           (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN);
+}
+
+/* One call per wakeup: drain the eventfd (it is level-triggered; draining it
+   before harvesting loses no wakeup), then harvest up to `max` CQEs.  When the
+   result equals `max` more may be ready: call again with efd = -1. */
+static int aior_reap(struct io_uring *ring, int efd, uint64_t *ud,
+                     int32_t *res, uint32_t *flags, unsigned max)
+{
+    unsigned n;
+
+    if (efd >= 0) {
+        uint64_t value;
+        if (read(efd, &value, sizeof(value)) < 0 && errno != EAGAIN)
+            return -errno;
+    }
+    n = aior_harvest(ring, ud, res, flags, max);
+    if (n < max && aior_needs_enter(ring)) {
+        io_uring_get_events(ring);
+        n += aior_harvest(ring, ud + n, res + n, flags + n, max - n);
+    }
+    return n;
+}
+
+/* Submit everything queued and harvest what completed meanwhile.  Cached
+   reads complete inside the submit call, so their CQEs are collected here
+   without a wakeup: notification is off while we submit, and the CQ is read
+   again after it is back on, so a CQE posted in between is never stranded.
+   *submitted receives io_uring_submit's result (count or -errno).  When the
+   return value equals `max`, call aior_reap(efd=-1) until it is smaller. */
+static int aior_submit_reap(struct io_uring *ring, uint64_t *ud, int32_t *res,
+                            uint32_t *flags, unsigned max, int *submitted)
+{
+    unsigned n;
+
+    io_uring_cq_eventfd_toggle(ring, false);
+    *submitted = io_uring_submit(ring);
+    n = aior_harvest(ring, ud, res, flags, max);
+    io_uring_cq_eventfd_toggle(ring, true);
+    if (n < max)
+        n += aior_harvest(ring, ud + n, res + n, flags + n, max - n);
+    if (n < max && aior_needs_enter(ring)) {
+        io_uring_get_events(ring);
+        n += aior_harvest(ring, ud + n, res + n, flags + n, max - n);
+    }
+    return n;
+}
+
+/* Block until at least one CQE is ready (closing a ring drains it). */
+static int aior_wait(struct io_uring *ring)
+{
+    struct io_uring_cqe *cqe;
+    int ret;
+
+    io_uring_submit(ring);
+    do {
+        ret = io_uring_wait_cqe(ring, &cqe);
+    } while (ret == -EINTR);
+    return ret;
+}
+
+static unsigned aior_sq_pending(struct io_uring *ring)
+{
+    return io_uring_sq_ready(ring);
+}
+
+static int aior_ring_fd(struct io_uring *ring)
+{
+    return ring->ring_fd;
+}
+"""
+
+# --------------------------------------------------------------------------
+# cdef: types, functions, constants visible from Python.
+# --------------------------------------------------------------------------
+CDEF = r"""
+/* types */
+struct io_uring { ...; };
+
+/* functions: liburing */
+int io_uring_register_eventfd(struct io_uring *ring, int fd);
+int io_uring_submit(struct io_uring *ring);
+void io_uring_queue_exit(struct io_uring *ring);
+
+/* functions: aioring helpers */
+int aior_setup(struct io_uring *ring, unsigned entries, unsigned cq_entries,
+               unsigned flags, unsigned *features, unsigned *sq_entries,
+               unsigned *cq_out);
+int aior_probe(struct io_uring *ring, unsigned char *supported, int n);
+int aior_prep_rw(struct io_uring *ring, int op, int fd, void *addr,
+                 unsigned len, int64_t off, unsigned op_flags,
+                 uint64_t user_data);
+int aior_prep_cancel(struct io_uring *ring, uint64_t target,
+                     uint64_t user_data);
+int aior_prep_poll(struct io_uring *ring, int fd, unsigned mask,
+                   uint64_t user_data);
+int aior_reap(struct io_uring *ring, int efd, uint64_t *ud, int32_t *res,
+              uint32_t *flags, unsigned max);
+int aior_submit_reap(struct io_uring *ring, uint64_t *ud, int32_t *res,
+                     uint32_t *flags, unsigned max, int *submitted);
+int aior_wait(struct io_uring *ring);
+unsigned aior_sq_pending(struct io_uring *ring);
+int aior_ring_fd(struct io_uring *ring);
+
+/* constants: opcodes */
+#define IORING_OP_NOP ...
+#define IORING_OP_FSYNC ...
+#define IORING_OP_POLL_ADD ...
+#define IORING_OP_ASYNC_CANCEL ...
+#define IORING_OP_READ ...
+#define IORING_OP_WRITE ...
+#define IORING_OP_LAST ...
+
+/* constants: flags */
+#define IORING_FSYNC_DATASYNC ...
+#define IORING_SETUP_SUBMIT_ALL ...
+#define IORING_SETUP_COOP_TASKRUN ...
+#define IORING_SETUP_TASKRUN_FLAG ...
+#define IORING_SETUP_SINGLE_ISSUER ...
+#define IORING_SETUP_DEFER_TASKRUN ...
+#define IORING_FEAT_NODROP ...
+#define IORING_FEAT_RW_CUR_POS ...
+#define IORING_FEAT_FAST_POLL ...
+"""
+
+HEADER_MISSING = """\
+aioring needs liburing's headers to build, and they were not found
+(looked for liburing.h in: {dirs}).
+Install them, then build again:
+    Debian/Ubuntu:  apt-get install liburing-dev
+    Fedora/RHEL:    dnf install liburing-devel
+    Alpine:         apk add liburing-dev
+    Arch:           pacman -S liburing
+or point CPATH (headers) and LIBRARY_PATH (library) at a liburing install."""
+
+
+def _pkg_config(*args: str) -> list[str]:
+    if shutil.which("pkg-config") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["pkg-config", *args, "liburing"], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    return out.split()
+
+
+def _env_dirs(name: str) -> list[str]:
+    return [d for d in os.environ.get(name, "").split(os.pathsep) if d]
+
+
+def _multiarch() -> list[str]:
+    import sysconfig
+
+    arch = sysconfig.get_config_var("MULTIARCH")
+    return [arch] if arch else []
+
+
+def _include_dirs() -> list[str]:
+    dirs = [f[2:] for f in _pkg_config("--cflags-only-I") if f.startswith("-I")]
+    dirs += _env_dirs("CPATH") + _env_dirs("C_INCLUDE_PATH")
+    dirs += ["/usr/local/include", "/usr/include"]
+    return dirs
+
+
+def _library_dirs() -> list[str]:
+    dirs = [f[2:] for f in _pkg_config("--libs-only-L") if f.startswith("-L")]
+    dirs += _env_dirs("LIBRARY_PATH")
+    for prefix in ("/usr/local/lib", "/usr/lib"):
+        dirs += [os.path.join(prefix, a) for a in _multiarch()] + [prefix]
+    dirs += ["/usr/lib64", "/lib64"]
+    return dirs
+
+
+def _find(dirs: list[str], name: str) -> str | None:
+    for d in dirs:
+        path = os.path.join(d, name)
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def make_ffi() -> FFI:
+    include_dirs = _include_dirs()
+    header = _find(include_dirs, "liburing.h")
+    if header is None:
+        sys.stderr.write(HEADER_MISSING.format(dirs=", ".join(include_dirs)) + "\n")
+        raise SystemExit("aioring: liburing.h not found (apt-get install liburing-dev)")
+
+    # Link liburing statically where the archive exists, so that an installed
+    # aioring needs no liburing at run time; otherwise link the shared library.
+    static = None if os.environ.get("AIORING_DYNAMIC") else _find(_library_dirs(), "liburing.a")
+    kwargs: dict[str, list[str]] = {"include_dirs": [os.path.dirname(header)]}
+    if static is not None:
+        kwargs["extra_objects"] = [static]
+    else:
+        kwargs["libraries"] = ["uring"]
+        kwargs["library_dirs"] = [d for d in _library_dirs() if os.path.isdir(d)]
+
+    ffi = FFI()
+    ffi.cdef(CDEF)
+    ffi.set_source(MODULE_NAME, C_SOURCE, extra_compile_args=["-O2"], **kwargs)
+    return ffi
+
+
+ffibuilder = make_ffi()
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

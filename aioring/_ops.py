@@ -1,0 +1,164 @@
+"""L2: fd-level operations, one function per opcode.
+
+Each function checks its arguments completely before anything reaches the
+ring (TypeError and ValueError never leave an SQE behind), exports the buffer
+the kernel will touch, and hands the ring a finish function for the CQE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import select
+from typing import Any
+
+from ._liburing import ffi, lib
+from ._ring import Op, Ring, get_ring
+
+__all__ = ["read", "readinto", "write", "fsync", "result"]
+
+# The kernel moves at most this much in one read or write (MAX_RW_COUNT).
+MAX_RW = 0x7FFFF000
+_INT_MAX = 2**31 - 1
+_INT_MIN = -(2**31)
+_OFF_MAX = 2**63 - 1
+
+_READ = lib.IORING_OP_READ
+_WRITE = lib.IORING_OP_WRITE
+_FSYNC = lib.IORING_OP_FSYNC
+_DATASYNC = lib.IORING_FSYNC_DATASYNC
+_PREP_RW = lib.aior_prep_rw
+_POLLIN = select.POLLIN
+_POLLOUT = select.POLLOUT
+_NULL = ffi.NULL
+
+# Read buffers are overwritten by the kernel: no need to zero them first.
+_alloc = ffi.new_allocator(should_clear_after_alloc=False)
+
+
+def check_fd(fd: Any) -> int:
+    fd = operator.index(fd)
+    if not _INT_MIN <= fd <= _INT_MAX:
+        raise OverflowError("fd is out of range for a C int")
+    return fd
+
+
+def check_size(size: Any) -> int:
+    size = operator.index(size)
+    if size < 0:
+        raise ValueError(f"size must be non-negative, not {size}")
+    return size
+
+
+def check_offset(offset: Any) -> int:
+    offset = operator.index(offset)
+    if offset < -1:
+        raise ValueError(f"offset must be -1 (the current position) or non-negative, not {offset}")
+    if offset > _OFF_MAX:
+        raise OverflowError("offset is too large")
+    return offset
+
+
+def writable_buffer(buffer: Any) -> Any:
+    """Export `buffer` for the kernel to write into (TypeError when it cannot)."""
+    try:
+        return ffi.from_buffer(buffer, require_writable=True)
+    except (TypeError, BufferError, ValueError):
+        raise TypeError("readinto() argument must be a writable contiguous bytes-like object, "
+                        f"not {type(buffer).__name__}") from None
+
+
+def readable_buffer(data: Any) -> Any:
+    """Export `data` for the kernel to read from (TypeError when it cannot)."""
+    if isinstance(data, str):
+        raise TypeError("a bytes-like object is required, not 'str'")
+    try:
+        return ffi.from_buffer(data)
+    except (TypeError, BufferError, ValueError):
+        raise TypeError("a contiguous bytes-like object is required, "
+                        f"not {type(data).__name__!r}") from None
+
+
+async def result(ring: Ring, op: Op) -> Any:
+    """Await `op`; if the caller is cancelled, wait for the kernel (Ring.settle)."""
+    try:
+        return await op.future
+    except asyncio.CancelledError as exc:
+        return await ring.settle(op, exc)
+
+
+def _finish_read(op: Op, res: int) -> bytes:
+    return ffi.buffer(op.keep, res)[:]
+
+
+async def read(fd: int, size: int, offset: int = -1) -> bytes:
+    """Read at most `size` bytes from `fd`, like os.read (offset -1) or os.pread.
+
+    Returns what the kernel delivered, b"" at end of file.  On a pipe or a
+    socket the kernel ignores the offset (io_uring does not raise ESPIPE as
+    os.pread does).  Raises TypeError or ValueError for bad arguments before
+    submitting anything, and the OSError subclass of the kernel's errno
+    (EBADF for a closed fd, EISDIR for a directory, ...).
+    """
+    fd = check_fd(fd)
+    size = check_size(size)
+    offset = check_offset(offset)
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
+    buf = _alloc("char[]", size)
+    op = ring.start(loop, _PREP_RW, (_READ, fd, buf, min(size, MAX_RW), offset, 0),
+                    buf, _finish_read, _POLLIN)
+    return await result(ring, op)
+
+
+async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
+    """Read from `fd` straight into `buffer` (any writable bytes-like object).
+
+    Returns the number of bytes read, 0 at end of file, like os.readv.  The
+    buffer belongs to the kernel until this returns or raises; a bytearray
+    cannot be resized meanwhile.  Raises TypeError for a read-only or
+    non-buffer object, ValueError for an offset below -1, OSError from the
+    kernel.
+    """
+    fd = check_fd(fd)
+    offset = check_offset(offset)
+    cbuf = writable_buffer(buffer)
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
+    op = ring.start(loop, _PREP_RW, (_READ, fd, cbuf, min(len(cbuf), MAX_RW), offset, 0),
+                    cbuf, None, _POLLIN)
+    return await result(ring, op)
+
+
+async def write(fd: int, data: Any, offset: int = -1) -> int:
+    """Write `data` (any bytes-like object) to `fd`, like os.write or os.pwrite.
+
+    Returns the number of bytes written, which may be fewer than len(data).
+    Raises TypeError for a str or non-buffer, ValueError for an offset below
+    -1, OSError from the kernel (EPIPE as BrokenPipeError, EBADF, ...).
+    """
+    fd = check_fd(fd)
+    offset = check_offset(offset)
+    cbuf = readable_buffer(data)
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
+    op = ring.start(loop, _PREP_RW, (_WRITE, fd, cbuf, min(len(cbuf), MAX_RW), offset, 0),
+                    cbuf, None, _POLLOUT)
+    return await result(ring, op)
+
+
+async def fsync(fd: int, *, datasync: bool = False) -> None:
+    """Flush `fd`'s data (and, unless datasync, its metadata) to storage.
+
+    Like os.fsync / os.fdatasync; raises the OSError the kernel reports.
+    """
+    fd = check_fd(fd)
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
+    flags = _DATASYNC if datasync else 0
+    op = ring.start(loop, _PREP_RW, (_FSYNC, fd, _NULL, 0, 0, flags), None, _finish_none)
+    await result(ring, op)
+
+
+def _finish_none(op: Op, res: int) -> None:
+    return None

@@ -1,0 +1,553 @@
+"""L1: one io_uring per running event loop.
+
+What this module relies on, and why it is written the way it is:
+
+* **Wakeups.**  The ring has an eventfd registered with it; the kernel signals
+  it whenever it posts a CQE.  The eventfd goes to ``loop.add_reader``, which
+  behaves the same on asyncio's selector loops and on uvloop, so the ring needs
+  nothing from the loop but a reader callback and ``call_soon``.  The eventfd is
+  level-triggered: the callback reads it (inside the same C call that harvests)
+  *before* harvesting, so a CQE posted after the harvest signals it afresh.
+
+* **Submission.**  An operation only fills an SQE.  The first operation of a
+  loop iteration is submitted at once and everything that completed inside the
+  submit call (page-cache reads usually do) is harvested in the same C call,
+  with eventfd notification switched off around the submit so those CQEs cost
+  no wakeup; that operation's future is already done when its caller awaits it.
+  Later operations of the same iteration wait in the SQ for one flush that the
+  first scheduled with ``call_soon``.  Fully eager submission starves other
+  tasks; fully batched costs an extra loop iteration per operation.
+
+* **Backpressure.**  The CQ holds a fixed number of entries.  The kernel keeps
+  overflowing CQEs on a side list (IORING_FEAT_NODROP), but we never lean on
+  that: no more operations are handed to the kernel than the CQ holds.  The
+  rest wait in a FIFO and are prepared as completions free room.  A full SQ is
+  submitted and the preparation retried.
+
+* **Ownership.**  Every operation the kernel may still touch lives in the
+  in-flight table under an integer key that is never reused, together with
+  every object the kernel reads or writes (the ``ffi.from_buffer`` export of
+  the caller's buffer, which also stops a bytearray from being resized, and
+  the owner of the fd).  An entry leaves the table only when its CQE arrives.
+
+* **Cancellation never frees.**  When the awaiting task is cancelled, an
+  ASYNC_CANCEL is submitted and the caller keeps waiting, shielded, for the
+  original CQE.  Only then does it see CancelledError, so the caller may reuse
+  its buffer at once.  If the CQE says the operation completed anyway (the
+  cancellation lost the race), the result is returned as though the
+  cancellation had come a moment too late, which is what ``Future.cancel()``
+  does for a done future: the bytes that were read or written are never lost.
+  (Re-arming the cancellation instead would turn a timeout whose operation
+  completed into a stray CancelledError at the task's next await.)
+
+* **Closing drains.**  Closing a ring cancels everything in flight and blocks
+  until the table is empty before unmapping the ring.  A ring closes with its
+  loop: ``loop.close`` is wrapped on the loop instance when its ring is made.
+
+* **Fork.**  A ring belongs to the process that made it; in a child the
+  registry is cleared at fork (``os.register_at_fork``) and the child's copies
+  of the ring's mappings and fds are dropped without touching the parent's ring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import threading
+import weakref
+from collections import deque
+from typing import Any, Callable
+
+from ._liburing import ffi, lib
+
+__all__ = ["Ring", "Op", "get_ring", "close_ring", "os_error", "DEFAULT_ENTRIES"]
+
+DEFAULT_ENTRIES = 256
+
+# Op.state
+_WAITING = 0  # held back by backpressure, no SQE yet
+_SUBMITTED = 1  # in the SQ or in the kernel: in the in-flight table
+_DONE = 2  # its CQE arrived (or it was dropped before ever being submitted)
+
+_EAGAIN = -errno.EAGAIN
+_EBUSY = -errno.EBUSY
+_RETRY_SUBMIT = frozenset((-errno.EAGAIN, -errno.EBUSY, -errno.EINTR))
+
+# Opcodes every ring needs; the probe must find them.
+_REQUIRED_OPS = {
+    "READ": lib.IORING_OP_READ,
+    "WRITE": lib.IORING_OP_WRITE,
+    "FSYNC": lib.IORING_OP_FSYNC,
+    "POLL_ADD": lib.IORING_OP_POLL_ADD,
+    "ASYNC_CANCEL": lib.IORING_OP_ASYNC_CANCEL,
+}
+
+
+def os_error(res: int, filename: Any = None, filename2: Any = None) -> OSError:
+    """The exception for a negative CQE result: OSError picks the PEP 3151 subclass."""
+    code = -res
+    if filename2 is not None:
+        return OSError(code, os.strerror(code), filename, None, filename2)
+    if filename is not None:
+        return OSError(code, os.strerror(code), filename)
+    return OSError(code, os.strerror(code))
+
+
+class Op:
+    """One request: how to prepare its SQE, what the kernel holds, how to finish it."""
+
+    __slots__ = ("key", "future", "prep", "args", "keep", "finish", "state", "res",
+                 "waiter", "poll_mask", "polling")
+
+    def __init__(self, future: asyncio.Future, prep: Callable[..., int], args: tuple,
+                 keep: Any, finish: Callable[[Op, int], Any] | None, poll_mask: int) -> None:
+        self.key = 0
+        self.future = future
+        self.prep = prep  # lib.aior_prep_*: (ring, *args, user_data) -> 0 or -EBUSY
+        self.args = args
+        self.keep = keep  # every object the kernel may touch, alive until the CQE
+        self.finish = finish  # (op, res >= 0) -> result; None: the result is res
+        self.state = _WAITING
+        self.res = 0
+        self.waiter: asyncio.Future | None = None  # set once the caller was cancelled
+        self.poll_mask = poll_mask  # for -EAGAIN on a non-blocking fd: poll, then retry
+        self.polling = False
+
+
+class _CancelOp:
+    """The in-flight entry of an ASYNC_CANCEL: its CQE only has to be consumed."""
+
+    __slots__ = ("state",)
+
+    def __init__(self) -> None:
+        self.state = _SUBMITTED
+
+
+_CANCEL_ENTRY_TYPE = _CancelOp
+
+
+class Ring:
+    """One io_uring bound to one event loop (see the module docstring)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, entries: int = DEFAULT_ENTRIES) -> None:
+        if entries < 1:
+            raise ValueError("entries must be at least 1")
+        self._closed = True
+        self._ring = ffi.new("struct io_uring *")
+        out = ffi.new("unsigned[3]")
+        ret = lib.aior_setup(self._ring, entries, 0, 0, out, out + 1, out + 2)
+        if ret < 0:
+            raise os_error(ret)
+        self.features = out[0]
+        self.sq_entries = out[1]
+        self.cq_entries = out[2]
+        try:
+            self._efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        except BaseException:
+            lib.io_uring_queue_exit(self._ring)
+            raise
+        try:
+            ret = lib.io_uring_register_eventfd(self._ring, self._efd)
+            if ret < 0:
+                raise os_error(ret)
+            supported = ffi.new("unsigned char[256]")
+            ret = lib.aior_probe(self._ring, supported, 256)
+            if ret < 0:
+                raise os_error(ret)
+            self._supported = frozenset(i for i in range(ret) if supported[i])
+            missing = [name for name, op in _REQUIRED_OPS.items() if op not in self._supported]
+            if missing:
+                raise OSError(errno.ENOSYS, "io_uring lacks required opcodes: " + ", ".join(missing))
+        except BaseException:
+            lib.io_uring_queue_exit(self._ring)
+            os.close(self._efd)
+            raise
+        self._closed = False
+        self._pid = os.getpid()
+        self._thread = threading.get_ident()
+        self._loop_ref = weakref.ref(loop)
+        self._ops: dict[int, Op | _CancelOp] = {}
+        self._waiting: deque[Op] = deque()
+        self._limit = self.cq_entries
+        self._next_key = 1
+        self._flush_handle: asyncio.Handle | None = None
+        cap = self.cq_entries
+        self._cap = cap
+        self._ud = ffi.new("uint64_t[]", cap)
+        self._res = ffi.new("int32_t[]", cap)
+        self._flags = ffi.new("uint32_t[]", cap)
+        self._submitted = ffi.new("int *")
+        self.stats = {"submit_calls": 0, "wakeups": 0, "completions": 0, "backpressured": 0,
+                      "cancels": 0}
+        loop.add_reader(self._efd, self._on_wakeup)
+
+    # ------------------------------------------------------------------ info
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def fd(self) -> int:
+        return lib.aior_ring_fd(self._ring)
+
+    def supports(self, opcode: int) -> bool:
+        """Whether the kernel's probe lists `opcode`."""
+        return opcode in self._supported
+
+    def statistics(self) -> dict[str, int]:
+        return dict(self.stats, in_flight=len(self._ops), waiting=len(self._waiting),
+                    sq_entries=self.sq_entries, cq_entries=self.cq_entries)
+
+    # ------------------------------------------------------------ submitting
+    def start(self, loop: asyncio.AbstractEventLoop, prep: Callable[..., int], args: tuple,
+              keep: Any, finish: Callable[[Op, int], Any] | None, poll_mask: int = 0) -> Op:
+        """Queue one operation; its future resolves with finish(op, res) or an OSError."""
+        op = Op(loop.create_future(), prep, args, keep, finish, poll_mask)
+        if self._waiting or len(self._ops) >= self._limit:
+            self._waiting.append(op)
+            self.stats["backpressured"] += 1
+            self._schedule_flush(loop)
+            return op
+        self._prep(op)
+        if self._flush_handle is None:
+            # First operation of this loop iteration: submit it now (hybrid).
+            self._flush_handle = loop.call_soon(self._flush)
+            self._submit()
+        return op
+
+    def _schedule_flush(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        if self._flush_handle is None and not self._closed:
+            if loop is None:
+                loop = self._loop_ref()
+                if loop is None or loop.is_closed():
+                    return
+            self._flush_handle = loop.call_soon(self._flush)
+
+    def _new_key(self) -> int:
+        key = self._next_key
+        self._next_key = key + 1
+        return key
+
+    def _prep(self, op: Op) -> None:
+        key = self._next_key
+        self._next_key = key + 1
+        ring = self._ring
+        if op.polling:
+            ret = lib.aior_prep_poll(ring, op.args[1], op.poll_mask, key)
+        else:
+            ret = op.prep(ring, *op.args, key)
+        if ret == _EBUSY:
+            # SQ full: hand what is queued to the kernel, then retry.
+            lib.io_uring_submit(ring)
+            self.stats["submit_calls"] += 1
+            if op.polling:
+                ret = lib.aior_prep_poll(ring, op.args[1], op.poll_mask, key)
+            else:
+                ret = op.prep(ring, *op.args, key)
+            if ret == _EBUSY:
+                raise RuntimeError("io_uring submission queue stays full")
+        op.key = key
+        op.state = _SUBMITTED
+        self._ops[key] = op
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        if self._closed:
+            return
+        self._release_waiting()
+        if lib.aior_sq_pending(self._ring):
+            self._submit()
+
+    def _submit(self) -> None:
+        n = lib.aior_submit_reap(self._ring, self._ud, self._res, self._flags, self._cap,
+                                 self._submitted)
+        self.stats["submit_calls"] += 1
+        ret = self._submitted[0]
+        if ret < 0:
+            if ret not in _RETRY_SUBMIT:
+                raise os_error(ret)
+            # The kernel could not take the SQEs now; they stay queued.
+            self._flush_handle = None
+            self._schedule_flush()
+        self._harvested(n)
+
+    def _on_wakeup(self) -> None:
+        if self._closed:
+            return
+        self.stats["wakeups"] += 1
+        n = lib.aior_reap(self._ring, self._efd, self._ud, self._res, self._flags, self._cap)
+        if n < 0:
+            raise os_error(n)
+        self._harvested(n)
+        if self._waiting:
+            self._schedule_flush()
+
+    def _harvested(self, n: int) -> None:
+        while n:
+            self._complete(n)
+            if n < self._cap:
+                break
+            n = lib.aior_reap(self._ring, -1, self._ud, self._res, self._flags, self._cap)
+
+    def _release_waiting(self) -> None:
+        waiting = self._waiting
+        ops = self._ops
+        limit = self._limit
+        while waiting and len(ops) < limit:
+            op = waiting.popleft()
+            if op.state == _WAITING:
+                self._prep(op)
+
+    # ------------------------------------------------------------ completing
+    def _complete(self, n: int) -> None:
+        self.stats["completions"] += n
+        ops = self._ops
+        for key, res in zip(ffi.unpack(self._ud, n), ffi.unpack(self._res, n)):
+            op = ops.pop(key, None)
+            if op is None or type(op) is _CANCEL_ENTRY_TYPE:
+                continue
+            if op.polling:
+                op.polling = False
+                if res >= 0 and op.waiter is None:
+                    self._requeue(op)  # the fd is ready: try the operation again
+                    continue
+                if res >= 0:
+                    res = -errno.ECANCELED
+            elif res == _EAGAIN and op.poll_mask and op.waiter is None:
+                op.polling = True  # non-blocking fd with nothing to do yet: poll, then retry
+                self._requeue(op)
+                continue
+            self._finish(op, res)
+
+    def _requeue(self, op: Op) -> None:
+        op.state = _WAITING
+        self._waiting.appendleft(op)
+        self._schedule_flush()
+
+    def _finish(self, op: Op, res: int) -> None:
+        op.state = _DONE
+        op.res = res
+        if op.waiter is not None:
+            # The caller was cancelled and waits for this CQE (see settle).
+            if not op.waiter.done():
+                op.waiter.set_result(None)
+            return
+        fut = op.future
+        if fut.done():
+            return
+        if res >= 0:
+            finish = op.finish
+            if finish is None:
+                fut.set_result(res)
+            else:
+                try:
+                    result = finish(op, res)
+                except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting caller
+                    fut.set_exception(exc)
+                else:
+                    fut.set_result(result)
+            op.keep = None
+        else:
+            op.keep = None
+            fut.set_exception(os_error(res))
+
+    # ----------------------------------------------------------- cancelling
+    async def settle(self, op: Op, exc: asyncio.CancelledError) -> Any:
+        """The caller awaiting `op` was cancelled: wait until the kernel let go of it.
+
+        Raises `exc` when the operation did not happen (cancelled in time, or
+        never submitted).  When it completed anyway its result is returned, as
+        though the cancellation had come too late: nothing the kernel already
+        did is lost.
+        """
+        if op.state == _WAITING:
+            op.state = _DONE  # never reached the kernel; dropped lazily from the queue
+            op.res = -errno.ECANCELED
+            op.keep = None
+            raise exc
+        if op.state == _SUBMITTED:
+            op.waiter = asyncio.get_running_loop().create_future()
+            self._cancel(op.key)
+            while not op.waiter.done():
+                try:
+                    await asyncio.shield(op.waiter)
+                except asyncio.CancelledError:
+                    continue  # cancelled again: still wait for the kernel
+        # _DONE: the CQE arrived.
+        res = op.res
+        fut = op.future
+        if res < 0:
+            op.keep = None
+            if fut.done() and not fut.cancelled():
+                fut.exception()  # retrieved: the cancellation is what the caller sees
+            raise exc
+        if fut.done() and not fut.cancelled():
+            result = fut.result()  # the CQE won the race with the cancellation
+        else:
+            result = res if op.finish is None else op.finish(op, res)
+        op.keep = None
+        return result
+
+    def _cancel(self, target: int) -> None:
+        key = self._new_key()
+        self._ops[key] = _CancelOp()
+        self.stats["cancels"] += 1
+        ret = lib.aior_prep_cancel(self._ring, target, key)
+        if ret == _EBUSY:
+            lib.io_uring_submit(self._ring)
+            ret = lib.aior_prep_cancel(self._ring, target, key)
+            if ret == _EBUSY:
+                raise RuntimeError("io_uring submission queue stays full")
+        self._schedule_flush()
+
+    # -------------------------------------------------------------- closing
+    def close(self) -> None:
+        """Cancel everything in flight, wait until the kernel let go of it all, unmap.
+
+        Blocks until every buffer the kernel holds is released; callers still
+        awaiting see CancelledError.
+        """
+        if self._closed:
+            return
+        if os.getpid() != self._pid:
+            self._abandon()
+            return
+        self._closed = True
+        _forget(self)
+        loop = self._loop_ref()
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(self._efd)
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        while self._waiting:
+            op = self._waiting.popleft()
+            if op.state == _WAITING:
+                self._drop(op, -errno.ECANCELED)
+        for key, op in list(self._ops.items()):
+            if type(op) is not _CANCEL_ENTRY_TYPE:
+                self._cancel(key)
+        while self._ops:
+            ret = lib.aior_wait(self._ring)
+            if ret < 0 and ret != -errno.ETIME:
+                break
+            n = lib.aior_reap(self._ring, -1, self._ud, self._res, self._flags, self._cap)
+            for key, res in zip(ffi.unpack(self._ud, n), ffi.unpack(self._res, n)):
+                op = self._ops.pop(key, None)
+                if op is not None and type(op) is not _CANCEL_ENTRY_TYPE:
+                    self._drop(op, res)
+        lib.io_uring_queue_exit(self._ring)
+        os.close(self._efd)
+
+    def _drop(self, op: Op, res: int) -> None:
+        """Finish `op` while its ring closes: its caller can no longer get a result."""
+        op.state = _DONE
+        op.res = res if res < 0 else -errno.ECANCELED
+        op.keep = None
+        for fut in (op.waiter, op.future):
+            if fut is not None and not fut.done():
+                try:
+                    if fut is op.waiter:
+                        fut.set_result(None)
+                    else:
+                        fut.cancel()
+                except RuntimeError:  # its loop is already closed
+                    pass
+
+    def _abandon(self) -> None:
+        """In a forked child: drop this process's copies of a parent's ring."""
+        if self._closed:
+            return
+        self._closed = True
+        # The kernel ring is shared with the parent: never submit, never cancel.
+        # Unmapping and closing our copies leaves the parent's ring intact.
+        lib.io_uring_queue_exit(self._ring)
+        os.close(self._efd)
+        ops = [op for op in self._ops.values() if type(op) is not _CANCEL_ENTRY_TYPE]
+        self._ops.clear()
+        ops.extend(self._waiting)
+        self._waiting.clear()
+        for op in ops:
+            self._drop(op, -errno.ECANCELED)
+
+
+# ---------------------------------------------------------------- registry
+_lock = threading.Lock()
+_rings: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Ring] = weakref.WeakKeyDictionary()
+_last: Ring | None = None  # the ring found last: one attribute check on the hot path
+
+
+def get_ring(loop: asyncio.AbstractEventLoop | None = None, *, entries: int | None = None) -> Ring:
+    """The ring of `loop` (default: the running loop), made on first use.
+
+    `entries` sizes the submission queue of a ring made by this call (the
+    completion queue holds twice as many); it is ignored for an existing ring.
+    """
+    global _last
+    if loop is None:
+        loop = asyncio.get_running_loop()
+    ring = _last
+    if ring is not None and ring._loop_ref() is loop and not ring._closed:
+        return ring
+    ring = _rings.get(loop)
+    if ring is None or ring._closed:
+        with _lock:
+            ring = _rings.get(loop)
+            if ring is None or ring._closed:
+                if loop.is_closed():
+                    raise RuntimeError("Event loop is closed")
+                ring = Ring(loop, DEFAULT_ENTRIES if entries is None else entries)
+                _rings[loop] = ring
+                _wrap_loop_close(loop)
+    _last = ring
+    return ring
+
+
+def close_ring(loop: asyncio.AbstractEventLoop | None = None) -> None:
+    """Close the ring of `loop` (default: the running loop), draining it first."""
+    if loop is None:
+        loop = asyncio.get_running_loop()
+    ring = _rings.get(loop)
+    if ring is not None:
+        ring.close()
+
+
+def _forget(ring: Ring) -> None:
+    global _last
+    loop = ring._loop_ref()
+    with _lock:
+        if loop is not None and _rings.get(loop) is ring:
+            del _rings[loop]
+        if _last is ring:
+            _last = None
+
+
+def _wrap_loop_close(loop: asyncio.AbstractEventLoop) -> None:
+    """Make loop.close() drain and close the loop's ring first (once per loop)."""
+    if getattr(loop, "_aioring_close_wrapped", False):
+        return
+    original = loop.close
+    loop_ref = weakref.ref(loop)
+
+    def close() -> None:
+        target = loop_ref()
+        ring = _rings.get(target) if target is not None else None
+        if ring is not None and target is not None and not target.is_running():
+            ring.close()
+        original()
+
+    loop.close = close  # type: ignore[method-assign]
+    loop._aioring_close_wrapped = True  # type: ignore[attr-defined]
+
+
+def _after_fork_in_child() -> None:
+    global _last
+    rings = list(_rings.values())
+    _rings.clear()
+    _last = None
+    for ring in rings:
+        ring._abandon()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,767 @@
+#!/usr/bin/env python3
+"""Random 4 KiB reads from a page-cached file: aioring against its peers.
+
+Every measured run does a fixed number of 4 KiB reads at random, 4 KiB-aligned
+offsets (the same seeded list for every variant), spread over T concurrent
+tasks, and reports reads per second and process CPU microseconds per read.
+
+Variants (each on asyncio's default loop and on uvloop):
+
+* aioring   ``await aioring.readinto(fd, buf, off)``, one bytearray per task
+* aiofile   ``await afp.read(4096, off)`` on one ``aiofile.AIOFile`` (caio's default backend)
+* aiofiles  ``await f.seek(off); await f.read(4096)``, one unbuffered file per task
+* executor  ``await loop.run_in_executor(None, os.pread, fd, 4096, off)``
+* sync      a plain ``os.pread`` loop in one thread (no event loop): the ceiling
+
+Each configuration runs --repeat times, round-robin over all configurations,
+and the median is reported.  Slow variants do fewer reads per run (see
+OPS_SCALE); only rates are compared.
+
+Run from the repository root:  python benchmarks/file_reads.py [--quick] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import platform
+import random
+import re
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+try:
+    import aioring
+except ImportError:  # not installed: use the checkout this script lives in
+    sys.path.insert(0, str(REPO))
+    import aioring
+
+
+BLOCK = 4096
+MIB = 1 << 20
+ALL_TASKS = (1, 16, 64, 256)
+ALL_LOOPS = ("asyncio", "uvloop")
+ASYNC_VARIANTS = ("aioring", "aiofile", "aiofiles", "executor")
+ALL_VARIANTS = (*ASYNC_VARIANTS, "sync")
+# Reads per run, as a share of --ops: slow variants do fewer so that every
+# run lasts roughly as long (about 0.3-1 s by default on a 2-core VM).
+OPS_SCALE = {"aioring": 1.0, "aiofile": 1.0, "executor": 1 / 8, "aiofiles": 1 / 24, "sync": 4.0}
+# Ratios printed in the tables: aioring's ops/s over each of these.
+RATIO_AGAINST = ("aiofile", "aiofiles", "sync")
+DEFAULTS: dict[str, Any] = {"file_size": 256 * MIB, "ops": 60_000, "repeat": 3}
+QUICK: dict[str, Any] = {"file_size": 16 * MIB, "ops": 2_000, "repeat": 2}
+
+# A reader does its share of the offsets and returns the bytes it got.
+Reader = Callable[[Sequence[int]], Awaitable[int]]
+
+
+def log(message: str, end: str = "\n") -> None:
+    print(message, end=end, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------- setup
+def parse_size(text: str) -> int:
+    """'256M', '1G', '65536', '64k' -> bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]?)i?[bB]?\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 256M, 1G)")
+    return int(match[1]) * {"": 1, "k": 1 << 10, "m": MIB, "g": 1 << 30}[match[2].lower()]
+
+
+def parse_list(choices: Sequence[str]) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        bad = [item for item in items if item not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"choose from {','.join(choices)}, not {text!r}")
+        return items
+    return parse
+
+
+def parse_tasks(text: str) -> list[int]:
+    try:
+        tasks = [int(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of task counts: {text!r}") from None
+    if not tasks or min(tasks) < 1:
+        raise argparse.ArgumentTypeError("task counts must be positive")
+    return tasks
+
+
+def mount_of(path: Path) -> tuple[str, str]:
+    """(mount point, filesystem type) that holds `path`, from /proc/mounts."""
+    real = os.path.realpath(path)
+    best = ("", "unknown")
+    try:
+        with open("/proc/mounts") as mounts:
+            for line in mounts:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                # Mount points escape blanks as octal (\040).
+                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[1])
+                inside = real == point or real.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best[0]):  # later (over)mounts win ties
+                    best = (point, fields[2])
+    except OSError:
+        pass
+    return best
+
+
+def mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def prepare_file(data_dir: Path, size: int) -> tuple[Path, str]:
+    """Create the data file once (random bytes), then read it fully to warm the page cache."""
+    if not data_dir.exists():
+        data_dir.mkdir(parents=True)
+        if data_dir.resolve().is_relative_to(REPO):
+            (data_dir / ".gitignore").write_text("*\n")  # keep the data out of git
+    point, fstype = mount_of(data_dir)
+    if fstype in ("tmpfs", "ramfs"):
+        log(f"WARNING: {data_dir} is on {fstype} ({point}), not a real disk; "
+            "page-cache reads from tmpfs take a different kernel path. Use --data-dir.")
+    available = mem_available()
+    if available is not None and size > available // 2:
+        log(f"WARNING: the file ({size / MIB:.0f} MiB) is large next to MemAvailable "
+            f"({available / MIB:.0f} MiB); it may not stay in the page cache.")
+
+    path = data_dir / f"file_reads_{size // MIB}MiB.bin" if size % MIB == 0 \
+        else data_dir / f"file_reads_{size}B.bin"
+    if not path.exists() or path.stat().st_size != size:
+        vfs = os.statvfs(data_dir)
+        if vfs.f_bavail * vfs.f_frsize < size + 64 * MIB:
+            sys.exit(f"error: not enough free space in {data_dir} for a {size / MIB:.0f} MiB file")
+        log(f"creating {path} ({size / MIB:.0f} MiB) ...")
+        partial = path.with_suffix(".partial")
+        with open(partial, "wb") as out:
+            left = size
+            while left:
+                chunk = min(left, 4 * MIB)
+                out.write(os.urandom(chunk))
+                left -= chunk
+        partial.replace(path)
+
+    start = time.perf_counter()
+    buf = bytearray(4 * MIB)
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(buf):
+            pass
+    elapsed = time.perf_counter() - start
+    log(f"warmed the page cache: {size / MIB:.0f} MiB in {elapsed:.2f} s")
+    return path, fstype
+
+
+# ----------------------------------------------------------------- optional
+def optional(name: str) -> ModuleType | None:
+    try:
+        return __import__(name)
+    except ImportError:
+        return None
+
+
+uvloop = optional("uvloop")
+aiofiles = optional("aiofiles")
+aiofile = optional("aiofile")
+PEER_MODULES = {"uvloop": uvloop, "aiofiles": aiofiles, "aiofile": aiofile}
+
+
+def version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def new_loop(name: str) -> asyncio.AbstractEventLoop:
+    if name == "uvloop":
+        assert uvloop is not None
+        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        return loop
+    return asyncio.new_event_loop()  # asyncio's default (selector) loop
+
+
+def caio_backend() -> str:
+    """Which caio implementation aiofile's default context uses, e.g. 'linux_uring'."""
+    import caio
+    module: str = caio.AsyncioContext.__module__  # e.g. caio.linux_uring_asyncio
+    return module.rsplit(".", 1)[-1].removesuffix("_asyncio")
+
+
+# ------------------------------------------------------------------ readers
+@asynccontextmanager
+async def open_aioring(path: Path, ntasks: int) -> AsyncIterator[list[Reader]]:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def make() -> Reader:
+        buf = bytearray(BLOCK)  # preallocated, one per task
+        readinto = aioring.readinto
+
+        async def reader(offsets: Sequence[int]) -> int:
+            total = 0
+            for off in offsets:
+                total += await readinto(fd, buf, off)
+            return total
+        return reader
+    try:
+        yield [make() for _ in range(ntasks)]
+    finally:
+        os.close(fd)
+
+
+@asynccontextmanager
+async def open_aiofiles(path: Path, ntasks: int) -> AsyncIterator[list[Reader]]:
+    assert aiofiles is not None
+    files = [await aiofiles.open(path, "rb", buffering=0) for _ in range(ntasks)]
+
+    def make(f: Any) -> Reader:
+        async def reader(offsets: Sequence[int]) -> int:
+            total = 0
+            for off in offsets:
+                await f.seek(off)
+                total += len(await f.read(BLOCK))
+            return total
+        return reader
+    try:
+        yield [make(f) for f in files]
+    finally:
+        for f in files:
+            await f.close()
+
+
+@asynccontextmanager
+async def open_aiofile(path: Path, ntasks: int) -> AsyncIterator[list[Reader]]:
+    assert aiofile is not None
+    afp = aiofile.AIOFile(str(path), "rb")  # default context: caio's preferred backend
+    await afp.open()
+
+    async def reader(offsets: Sequence[int]) -> int:
+        total = 0
+        for off in offsets:
+            total += len(await afp.read(BLOCK, off))
+        return total
+    try:
+        yield [reader] * ntasks
+    finally:
+        await afp.close()
+
+
+@asynccontextmanager
+async def open_executor(path: Path, ntasks: int) -> AsyncIterator[list[Reader]]:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    loop = asyncio.get_running_loop()
+    pread = os.pread
+
+    async def reader(offsets: Sequence[int]) -> int:
+        total = 0
+        for off in offsets:
+            total += len(await loop.run_in_executor(None, pread, fd, BLOCK, off))
+        return total
+    try:
+        yield [reader] * ntasks
+    finally:
+        os.close(fd)
+
+
+OPENERS: dict[str, Callable[[Path, int], Any]] = {
+    "aioring": open_aioring, "aiofiles": open_aiofiles,
+    "aiofile": open_aiofile, "executor": open_executor,
+}
+
+
+# -------------------------------------------------------------- measuring
+@dataclass
+class Sample:
+    variant: str
+    loop: str
+    tasks: int
+    repeat: int
+    ops: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    iou_cpu_s: float = 0.0  # part of cpu_s spent in io_uring kernel threads (iou-*)
+    other_cpu_s: float = 0.0  # CPU the rest of the machine used meanwhile (other processes)
+    steal_s: float = 0.0  # time the hypervisor gave our vCPUs to someone else
+    ops_per_s: float = 0.0
+    cpu_us_per_op: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def iou_thread_cpu() -> dict[int, int]:
+    """CPU ns of this process's io_uring kernel threads (SQPOLL iou-sqp-*, io-wq iou-wrk-*).
+
+    They belong to the process, so time.process_time() includes them too;
+    this only tells how much of it they account for.
+    """
+    out: dict[int, int] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if not f.read().startswith("iou-"):
+                    continue
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, steal) CPU seconds of the whole machine so far, from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = v
+    return (user + nice + system + irq + softirq) / _TICK, steal / _TICK
+
+
+class Meter:
+    """Wall, process CPU, io_uring-thread CPU and the machine's other load over one timed section."""
+
+    def __enter__(self) -> Meter:
+        self.iou0 = iou_thread_cpu()
+        self.busy0, self.steal0 = machine_cpu()
+        self.cpu0 = time.process_time()
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self.t0
+        self.cpu = time.process_time() - self.cpu0
+        busy, steal = machine_cpu()
+        self.iou = iou_delta(self.iou0, iou_thread_cpu())
+        self.other = max(0.0, busy - self.busy0 - self.cpu)  # tick resolution: approximate
+        self.steal = steal - self.steal0
+
+    def fill(self, sample: Sample) -> None:
+        sample.wall_s, sample.cpu_s, sample.iou_cpu_s = self.wall, self.cpu, self.iou
+        sample.other_cpu_s, sample.steal_s = self.other, self.steal
+
+
+def iou_delta(before: dict[int, int], after: dict[int, int]) -> float:
+    return sum(ns - before.get(tid, 0) for tid, ns in after.items()) / 1e9
+
+
+_COUNTERS = ("submit_calls", "wakeups", "completions", "backpressured", "cancels")
+
+
+async def measure(sample: Sample, path: Path, offsets: Sequence[int], warm: Sequence[int]) -> None:
+    """Read `offsets` with `sample.tasks` tasks of `sample.variant`; fill in `sample`."""
+    variant, ntasks, extra = sample.variant, sample.tasks, sample.extra
+    async with OPENERS[variant](path, ntasks) as readers:
+        # Untimed warm-up: every task reads a little (rings, threads, contexts are made here).
+        await asyncio.gather(*(r(warm[i::ntasks]) for i, r in enumerate(readers)))
+        if variant == "aiofile":
+            context = aiofile.aio.get_default_context()  # type: ignore[union-attr]
+            extra["caio_backend"] = caio_backend()
+            extra["sqpoll"] = bool(getattr(context.context, "sqpoll", False))
+        shares = [offsets[i::ntasks] for i in range(ntasks)]
+        coros = [r(share) for r, share in zip(readers, shares, strict=True)]
+        ring0 = aioring.statistics() if variant == "aioring" else {}
+        gc.collect()
+        with Meter() as meter:
+            totals = await asyncio.gather(*coros)
+        meter.fill(sample)
+        if variant == "aioring":
+            ring1 = aioring.statistics()
+            extra.update({k: ring1[k] - ring0[k] for k in _COUNTERS if k in ring1})
+    if sum(totals) != len(offsets) * BLOCK:
+        raise RuntimeError(f"short reads: got {sum(totals)} bytes, expected {len(offsets) * BLOCK}")
+
+
+def run_async(sample: Sample, path: Path, offsets: Sequence[int], warm: Sequence[int],
+              timeout: float) -> None:
+    """One measurement on a fresh event loop (closed afterwards, with whatever rings it made)."""
+    loop = new_loop(sample.loop)
+    asyncio.set_event_loop(loop)  # aiofile looks its context up with get_event_loop()
+    try:
+        # The timeout covers opening and warm-up too: a hang anywhere becomes a failed run.
+        loop.run_until_complete(asyncio.wait_for(measure(sample, path, offsets, warm), timeout))
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
+def run_sync(sample: Sample, path: Path, offsets: Sequence[int]) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        pread = os.pread
+        total = 0
+        gc.collect()
+        with Meter() as meter:
+            for off in offsets:
+                total += len(pread(fd, BLOCK, off))
+        meter.fill(sample)
+    finally:
+        os.close(fd)
+    if total != len(offsets) * BLOCK:
+        raise RuntimeError(f"short reads: got {total} bytes, expected {len(offsets) * BLOCK}")
+
+
+# ------------------------------------------------------------- correctness
+async def verify_aioring(path: Path, size: int, seed: int) -> None:
+    """aioring.readinto/read must return what os.pread returns (untimed)."""
+    rng = random.Random(seed ^ 0x5EED)
+    nblocks = size // BLOCK
+    offsets = [0, (nblocks - 1) * BLOCK, BLOCK // 2] + [rng.randrange(nblocks) * BLOCK for _ in range(13)]
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        for off in offsets:  # one at a time
+            expected = os.pread(fd, BLOCK, off)
+            buf = bytearray(BLOCK)
+            n = await aioring.readinto(fd, buf, off)
+            if n != len(expected) or bytes(buf[:n]) != expected:
+                raise AssertionError(f"readinto at offset {off}: {n} bytes, differs from os.pread")
+            if await aioring.read(fd, BLOCK, off) != expected:
+                raise AssertionError(f"read at offset {off} differs from os.pread")
+        bufs = [bytearray(BLOCK) for _ in offsets]  # all at once
+        counts = await asyncio.gather(*(aioring.readinto(fd, buf, off)
+                                        for buf, off in zip(bufs, offsets, strict=True)))
+        for off, n, buf in zip(offsets, counts, bufs, strict=True):
+            if bytes(buf[:n]) != os.pread(fd, BLOCK, off):
+                raise AssertionError(f"concurrent readinto at offset {off} differs from os.pread")
+        if await aioring.readinto(fd, bytearray(BLOCK), size) != 0:
+            raise AssertionError("readinto at end of file did not return 0")
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------- reporting
+def median_rows(samples: list[Sample]) -> dict[tuple[str, str, int], dict[str, Any]]:
+    groups: dict[tuple[str, str, int], list[Sample]] = {}
+    for s in samples:
+        groups.setdefault((s.variant, s.loop, s.tasks), []).append(s)
+    out: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for key, group in groups.items():
+        ok = [s for s in group if s.error is None]
+        row: dict[str, Any] = {"variant": key[0], "loop": key[1], "tasks": key[2],
+                               "runs": len(ok), "errors": [s.error for s in group if s.error]}
+        if ok:
+            rates = [s.ops_per_s for s in ok]
+            row.update(
+                ops=ok[0].ops,
+                ops_per_s=statistics.median(rates),
+                ops_per_s_min=min(rates),
+                ops_per_s_max=max(rates),
+                cpu_us_per_op=statistics.median(s.cpu_us_per_op for s in ok),
+                iou_cpu_us_per_op=statistics.median(s.iou_cpu_s / s.ops * 1e6 for s in ok),
+            )
+            for name in _COUNTERS:  # aioring.statistics() deltas
+                per_op = [s.extra[name] / s.ops for s in ok if name in s.extra]
+                if per_op:
+                    row[f"{name}_per_op"] = statistics.median(per_op)
+        out[key] = row
+    return out
+
+
+def render(header: list[tuple[str, list[str]]], rows: list[list[str]]) -> str:
+    """A plain-text table with grouped column headers."""
+    names = [name for _, cols in header for name in cols]
+    widths = [max(len(name), *(len(r[i]) for r in rows)) for i, name in enumerate(names)]
+    group_line, name_line, rule, col = [], [], [], 0
+    for group, cols in header:
+        w = sum(widths[col:col + len(cols)]) + 2 * (len(cols) - 1)
+        group_line.append(group.center(w))
+        name_line.append("  ".join(n.rjust(widths[col + i]) for i, n in enumerate(cols)))
+        rule.append("-" * w)
+        col += len(cols)
+    lines = [" | ".join(group_line), " | ".join(name_line), "-+-".join(rule)]
+    for r in rows:
+        cells, col = [], 0
+        for _, cols in header:
+            cells.append("  ".join(r[col + i].rjust(widths[col + i]) for i in range(len(cols))))
+            col += len(cols)
+        lines.append(" | ".join(cells))
+    return "\n".join(lines)
+
+
+def report(medians: dict[tuple[str, str, int], dict[str, Any]], variants: list[str],
+           loops: list[str], tasks: list[int], repeat: int) -> str:
+    def get(variant: str, loop: str, t: int, key: str) -> float | None:
+        row = medians.get((variant, "-", 1) if variant == "sync" else (variant, loop, t))
+        return None if row is None or key not in row else row[key]
+
+    def fmt(value: float | None, spec: str, suffix: str = "") -> str:
+        return "-" if value is None else format(value, spec) + suffix
+
+    out: list[str] = []
+    ratios = [v for v in RATIO_AGAINST if v in variants] if "aioring" in variants else []
+    for loop in loops:
+        out.append(f"\n== {loop}: median of {repeat}; ops/s = 4 KiB reads per second, "
+                   "CPU = process CPU time per read ==")
+        header = [("", ["tasks"]), ("ops/s", list(variants)), ("CPU us/op", list(variants))]
+        if ratios:
+            header.append(("aioring ops/s over", list(ratios)))
+        rows = []
+        for t in tasks:
+            row = [str(t)]
+            row += [fmt(get(v, loop, t, "ops_per_s"), ",.0f") for v in variants]
+            row += [fmt(get(v, loop, t, "cpu_us_per_op"), ".1f") for v in variants]
+            for v in ratios:
+                a, b = get("aioring", loop, t, "ops_per_s"), get(v, loop, t, "ops_per_s")
+                row.append(fmt(a / b if a and b else None, ".2f", "x"))
+            rows.append(row)
+        out.append(render(header, rows))
+    if "sync" in variants:
+        out.append("(sync is one os.pread loop in one thread, independent of loop and tasks: "
+                   "the same value is repeated in every row)")
+    return "\n".join(out)
+
+
+def notes(medians: dict[tuple[str, str, int], dict[str, Any]], samples: list[Sample],
+          loops: list[str], tasks: list[int]) -> str:
+    out: list[str] = []
+    # Where io_uring kernel threads did part of the work.
+    iou = {k: r["iou_cpu_us_per_op"] for k, r in medians.items() if r.get("iou_cpu_us_per_op", 0) > 0.05}
+    out.append("CPU is time.process_time(): every thread of this process, including executor threads "
+               "and io_uring's kernel threads (SQPOLL iou-sqp-*, io-wq iou-wrk-*), which belong to "
+               "the process and are counted.")
+    if iou:
+        parts = [f"{v}/{lp}/T={t}: {us:.1f}" for (v, lp, t), us in sorted(iou.items())]
+        out.append("Of that, us/op spent in io_uring kernel threads (median): " + ", ".join(parts))
+    else:
+        out.append("No measurable CPU in io_uring kernel threads (iou-*) in any run.")
+    ring_rows = []
+    for t in tasks:
+        row = [str(t)]
+        for lp in loops:
+            r = medians.get(("aioring", lp, t), {})
+            row += [f"{r[k]:.3f}" if k in r else "-"
+                    for k in ("submit_calls_per_op", "wakeups_per_op", "backpressured_per_op")]
+        ring_rows.append(row)
+    if any(c != "-" for row in ring_rows for c in row[1:]):
+        out.append("aioring.statistics() per read (median):")
+        out.append(render([("", ["tasks"])] + [(lp, ["submits", "wakeups", "backpressured"])
+                                               for lp in loops], ring_rows))
+    if samples:
+        wall = sum(s.wall_s for s in samples)
+        other, steal = sum(s.other_cpu_s for s in samples) / wall, sum(s.steal_s for s in samples) / wall
+        line = (f"Meanwhile the rest of the machine used {other:.2f} CPUs on average during timed runs "
+                f"(other processes), and the hypervisor stole {steal:.2f} CPUs.")
+        busy = [s for s in samples if s.wall_s and s.other_cpu_s / s.wall_s > 0.25]
+        if busy:
+            line += (f" {len(busy)} of {len(samples)} runs shared the machine with more than 0.25 CPUs "
+                     "of other work (other_cpu_s in the JSON).")
+        if other > 0.1 or steal > 0.05 or busy:
+            line += " Results are noisier than on an idle machine."
+        out.append(line)
+    spread = [(r["ops_per_s_max"] / r["ops_per_s_min"] - 1, k) for k, r in medians.items()
+              if r.get("runs", 0) > 1 and r.get("ops_per_s_min")]
+    if spread:
+        worst, (v, lp, t) = max(spread)
+        out.append(f"Largest max/min spread between repeats: {worst:.0%} ({v}, {lp}, T={t}).")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="4 KiB random reads from a page-cached file: aioring vs aiofile, aiofiles, "
+                    "run_in_executor(os.pread) and plain os.pread, on asyncio and uvloop.")
+    parser.add_argument("--data-dir", type=Path, default=REPO / "benchmarks" / ".data",
+                        help="where the data file lives; must be a real disk, not tmpfs "
+                             "(default: benchmarks/.data)")
+    parser.add_argument("--file-size", type=parse_size, default=None,
+                        help="data file size, e.g. 256M (default 256M, --quick 16M)")
+    parser.add_argument("--ops", type=int, default=None,
+                        help="reads per run for aioring and aiofile; others scale it: "
+                             + ", ".join(f"{v} x{s:.3g}" for v, s in OPS_SCALE.items())
+                             + f" (default {DEFAULTS['ops']}, --quick {QUICK['ops']})")
+    parser.add_argument("--tasks", type=parse_tasks, default=list(ALL_TASKS),
+                        help="comma-separated concurrent task counts (default 1,16,64,256)")
+    parser.add_argument("--loops", type=parse_list(ALL_LOOPS), default=list(ALL_LOOPS),
+                        help="comma-separated event loops (default asyncio,uvloop)")
+    parser.add_argument("--variants", type=parse_list(ALL_VARIANTS), default=list(ALL_VARIANTS),
+                        help="comma-separated variants (default " + ",".join(ALL_VARIANTS) + ")")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="runs per configuration, interleaved; the median is reported "
+                             f"(default {DEFAULTS['repeat']}, --quick {QUICK['repeat']})")
+    parser.add_argument("--seed", type=int, default=20240521, help="seed of the random offsets")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds before one run is abandoned as hung (default 120)")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny file and counts: a smoke test that finishes in seconds")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write raw and median results here")
+    args = parser.parse_args(argv)
+    preset = QUICK if args.quick else DEFAULTS
+    file_size = args.file_size if args.file_size is not None else preset["file_size"]
+    base_ops = args.ops if args.ops is not None else preset["ops"]
+    repeat = args.repeat if args.repeat is not None else preset["repeat"]
+    if file_size < BLOCK or file_size % BLOCK:
+        parser.error("--file-size must be a positive multiple of 4096")
+    if base_ops < 1 or repeat < 1:
+        parser.error("--ops and --repeat must be positive")
+    started = time.perf_counter()
+
+    # Drop what is not installed, with a note.
+    skipped: list[str] = []
+    loops = list(args.loops)
+    variants = [v for v in ALL_VARIANTS if v in args.variants]  # canonical order
+    if "uvloop" in loops and uvloop is None:
+        loops.remove("uvloop")
+        skipped.append("uvloop: not installed, its runs are skipped")
+    for peer in ("aiofiles", "aiofile"):
+        if peer in variants and PEER_MODULES[peer] is None:
+            variants.remove(peer)
+            skipped.append(f"{peer}: not installed, skipped (pip install {peer})")
+    if not loops and any(v in ASYNC_VARIANTS for v in variants):
+        sys.exit("error: no event loop left to run on")
+    for note in skipped:
+        log("note: " + note)
+
+    path, fstype = prepare_file(args.data_dir, file_size)
+    try:
+        backend = aioring.backend()
+    except OSError as exc:
+        sys.exit(f"error: io_uring is not available here: {exc}")
+    for loop_name in loops:
+        loop = new_loop(loop_name)
+        try:
+            loop.run_until_complete(verify_aioring(path, file_size, args.seed))
+        except AssertionError as exc:
+            sys.exit(f"error: aioring returned wrong data on {loop_name}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - any failure here makes the numbers meaningless
+            sys.exit(f"error: aioring failed the correctness check on {loop_name}: "
+                     f"{type(exc).__name__}: {exc}")
+        finally:
+            loop.close()
+    log("verified: aioring.readinto/read match os.pread on " + ", ".join(loops))
+
+    # The same seeded offsets for every variant: each uses a prefix of this list.
+    ops = {v: max(max(args.tasks), round(base_ops * OPS_SCALE[v])) for v in variants}
+    rng = random.Random(args.seed)
+    nblocks = file_size // BLOCK
+    offsets = [rng.randrange(nblocks) * BLOCK for _ in range(max(ops.values()))]
+    warm = [rng.randrange(nblocks) * BLOCK for _ in range(2 * max(args.tasks))]
+
+    fds_before = len(os.listdir("/proc/self/fd"))
+    configs: list[tuple[str, str, int]] = []
+    for v in variants:
+        if v == "sync":
+            configs.append(("sync", "-", 1))
+        else:
+            configs += [(v, lp, t) for lp in loops for t in args.tasks]
+    total = len(configs) * repeat
+    samples: list[Sample] = []
+    n = 0
+    for r in range(1, repeat + 1):  # round-robin: repeats of one configuration are spread out
+        for variant, loop_name, t in configs:
+            n += 1
+            log(f"[{n}/{total}] {variant:<8} loop={loop_name:<7} tasks={t:<3} repeat {r}/{repeat} ... ",
+                end="")
+            s = Sample(variant, loop_name, t, r, ops=ops[variant])
+            part = offsets[:s.ops]
+            try:
+                if variant == "sync":
+                    run_sync(s, path, part)
+                else:
+                    run_async(s, path, part, warm[:2 * t], args.timeout)
+            except Exception as exc:  # noqa: BLE001 - recorded, reported, and the run goes on
+                s.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                log(f"FAILED: {s.error}")
+            else:
+                s.ops_per_s = s.ops / s.wall_s
+                s.cpu_us_per_op = s.cpu_s / s.ops * 1e6
+                log(f"{s.ops_per_s:>10,.0f} ops/s {s.cpu_us_per_op:7.1f} us/op CPU ({s.wall_s:.2f} s)")
+            samples.append(s)
+
+    medians = median_rows(samples)
+    gc.collect()
+    # Every loop is closed by now: anything left over is a leak worth mentioning.
+    leftovers = {"fds": len(os.listdir("/proc/self/fd")) - fds_before,
+                 "io_uring_threads": len(iou_thread_cpu())}
+    elapsed = time.perf_counter() - started
+
+    # Environment.
+    caio_info = "-"
+    aiofile_extra = next((s.extra for s in samples if s.variant == "aiofile" and s.extra), None)
+    if aiofile is not None:
+        impl = aiofile_extra["caio_backend"] if aiofile_extra else caio_backend()
+        sq = "" if aiofile_extra is None else (", SQPOLL on" if aiofile_extra["sqpoll"] else ", SQPOLL off")
+        caio_info = f"{impl}{sq}"
+    meta: dict[str, Any] = {
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)),
+        "aioring_backend": backend,
+        "versions": {d: version(d) for d in ("aioring", "uvloop", "aiofiles", "aiofile", "caio")},
+        "aiofile_caio_backend": caio_info,
+        "file": str(path),
+        "filesystem": fstype,
+        "file_size": file_size,
+        "block": BLOCK,
+        "ops_per_run": ops,
+        "tasks": args.tasks,
+        "loops": loops,
+        "variants": variants,
+        "repeat": repeat,
+        "seed": args.seed,
+        "skipped": skipped,
+        "leftovers_after_all_loops_closed": leftovers,
+        "runtime_s": elapsed,
+    }
+    v = meta["versions"]
+    print(f"python {meta['python']} | kernel {meta['kernel']} ({meta['machine']}, "
+          f"{meta['cpus_usable']}/{meta['cpus']} CPUs) | aioring.backend() = {backend}")
+    print(f"aioring {v['aioring']}, uvloop {v['uvloop']}, aiofiles {v['aiofiles']}, "
+          f"aiofile {v['aiofile']} on caio {v['caio']} backend: {caio_info}")
+    print(f"file {path} ({file_size / MIB:.0f} MiB on {fstype}, page-cached), 4 KiB reads at random "
+          f"aligned offsets (seed {args.seed}); reads per run: "
+          + ", ".join(f"{k} {c:,}" for k, c in ops.items()))
+    for note in skipped:
+        print("skipped: " + note)
+    print(report(medians, variants, loops, args.tasks, repeat))
+    print()
+    print(notes(medians, [s for s in samples if s.error is None], loops, args.tasks))
+    if leftovers["fds"] or leftovers["io_uring_threads"]:
+        print(f"NOTE: after all loops were closed, {leftovers['fds']} more fds are open than "
+              f"before the runs, and {leftovers['io_uring_threads']} io_uring kernel threads remain.")
+    failed = [s for s in samples if s.error]
+    if failed:
+        print(f"FAILED runs: {len(failed)} of {len(samples)}")
+        for s in failed:
+            print(f"  {s.variant} {s.loop} T={s.tasks} repeat {s.repeat}: {s.error}")
+    print(f"total runtime {elapsed:.1f} s")
+
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "samples": [asdict(s) for s in samples],
+                       "medians": list(medians.values())}, f, indent=1)
+        print(f"results written to {args.json}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

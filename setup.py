@@ -1,0 +1,1 @@
+from setuptools import setup; setup(cffi_modules=["_build_cffi.py:ffibuilder"])  # noqa: E702

@@ -1,0 +1,91 @@
+"""Every async test runs on asyncio's default loop and on uvloop, and fails if
+the loop's exception handler is called when the test did not ask for it."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import uvloop
+
+LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "asyncio": asyncio.SelectorEventLoop,
+    "uvloop": uvloop.new_event_loop,
+}
+
+# Every call of any test loop's exception handler lands here.
+_loop_errors: list[dict[str, Any]] = []
+
+
+def _recording(factory: Callable[[], asyncio.AbstractEventLoop]) -> Callable[[], asyncio.AbstractEventLoop]:
+    def make() -> asyncio.AbstractEventLoop:
+        loop = factory()
+        loop.set_exception_handler(lambda _loop, context: _loop_errors.append(context))
+        return loop
+
+    make.__name__ = factory.__name__
+    return make
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    return {name: _recording(factory) for name, factory in LOOP_FACTORIES.items()}
+
+
+@pytest.fixture(params=list(LOOP_FACTORIES))
+def new_loop(request: pytest.FixtureRequest) -> Iterator[Callable[[], asyncio.AbstractEventLoop]]:
+    """For synchronous tests that drive loops themselves: a factory of loops of
+    each kind, recording their exception handler calls like the async tests."""
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    def make() -> asyncio.AbstractEventLoop:
+        loop = _recording(LOOP_FACTORIES[request.param])()
+        loops.append(loop)
+        return loop
+
+    yield make
+    for loop in loops:
+        if not loop.is_closed():
+            loop.close()
+
+
+@pytest.fixture
+def loop_errors() -> list[dict[str, Any]]:
+    """The calls of the loop's exception handler a test expects; it must empty the list."""
+    return _loop_errors
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    result = yield
+    gc.collect()  # "Future exception was never retrieved" and friends are reported at collection
+    errors = list(_loop_errors)
+    _loop_errors.clear()
+    if errors:
+        lines = "\n".join(f"  {ctx.get('message')!r}: {ctx.get('exception')!r}" for ctx in errors)
+        pytest.fail(f"the loop's exception handler was called unexpectedly:\n{lines}", pytrace=False)
+    return result
+
+
+@pytest.fixture
+def disk_dir() -> Iterator[str]:
+    """A scratch directory on the real disk (io_uring treats tmpfs differently)."""
+    base = os.path.join(os.path.dirname(__file__), ".scratch")
+    os.makedirs(base, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=base) as path:
+        yield path
+
+
+@pytest.fixture
+def pipe() -> Iterator[tuple[int, int]]:
+    r, w = os.pipe()
+    yield r, w
+    for fd in (r, w):
+        try:
+            os.close(fd)
+        except OSError:
+            pass

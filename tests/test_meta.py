@@ -1,0 +1,23 @@
+"""The suite's own guarantees: both loops, and loud unexpected loop errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import uvloop
+
+
+async def test_runs_on_each_loop_kind(request):
+    loop = asyncio.get_running_loop()
+    kind = request.node.callspec.params["_asyncio_loop_factory"].__name__
+    if kind == "new_event_loop":
+        assert isinstance(loop, uvloop.Loop)
+    else:
+        assert type(loop) is asyncio.SelectorEventLoop
+
+
+async def test_loop_exception_handler_calls_are_recorded(loop_errors):
+    loop = asyncio.get_running_loop()
+    loop.call_exception_handler({"message": "boom"})
+    assert [ctx["message"] for ctx in loop_errors] == ["boom"]
+    loop_errors.clear()

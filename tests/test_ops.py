@@ -1,0 +1,244 @@
+"""fd-level operations compared with os.read / os.pread / os.write / os.pwrite."""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import errno
+import os
+import socket
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import aioring
+
+HYPOTHESIS = settings(max_examples=60, deadline=None,
+                      suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture
+def data_file(disk_dir):
+    path = os.path.join(disk_dir, "data.bin")
+    content = os.urandom(256 * 1024 + 123)
+    with open(path, "wb") as f:
+        f.write(content)
+    fd = os.open(path, os.O_RDWR)
+    yield fd, content
+    os.close(fd)
+
+
+@HYPOTHESIS
+@given(offset=st.integers(0, 300 * 1024), size=st.integers(0, 70 * 1024))
+async def test_read_equals_pread(data_file, offset, size):
+    fd, _ = data_file
+    assert await aioring.read(fd, size, offset) == os.pread(fd, size, offset)
+
+
+@HYPOTHESIS
+@given(offset=st.integers(0, 300 * 1024), size=st.integers(0, 70 * 1024))
+async def test_readinto_equals_pread(data_file, offset, size):
+    fd, _ = data_file
+    buf = bytearray(b"\xaa" * size)
+    n = await aioring.readinto(fd, buf, offset)
+    expected = os.pread(fd, size, offset)
+    assert n == len(expected)
+    assert bytes(buf[:n]) == expected
+    assert buf[n:] == b"\xaa" * (size - n)  # nothing past the count is touched
+
+
+@HYPOTHESIS
+@given(writes=st.lists(st.tuples(st.integers(0, 64 * 1024), st.binary(max_size=8192)), max_size=8))
+async def test_write_equals_pwrite(disk_dir, writes):
+    a = os.open(os.path.join(disk_dir, "a"), os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+    b = os.open(os.path.join(disk_dir, "b"), os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+    try:
+        for offset, data in writes:
+            assert await aioring.write(a, data, offset) == os.pwrite(b, data, offset)
+        assert os.fstat(a).st_size == os.fstat(b).st_size
+        assert os.pread(a, 1 << 20, 0) == os.pread(b, 1 << 20, 0)
+    finally:
+        os.close(a)
+        os.close(b)
+
+
+async def test_current_position_like_os_read(data_file, disk_dir):
+    fd, content = data_file
+    twin = os.open(os.path.join(disk_dir, "twin"), os.O_RDWR | os.O_CREAT)
+    os.write(twin, content)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.lseek(twin, 0, os.SEEK_SET)
+    for size in (0, 1, 4096, 100_000, 200_000, 10):
+        assert await aioring.read(fd, size) == os.read(twin, size)
+        assert os.lseek(fd, 0, os.SEEK_CUR) == os.lseek(twin, 0, os.SEEK_CUR)
+    os.close(twin)
+
+
+async def test_write_at_current_position_and_append(disk_dir):
+    path = os.path.join(disk_dir, "pos")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    assert await aioring.write(fd, b"hello ") == 6
+    assert await aioring.write(fd, memoryview(b"world")) == 5
+    assert os.lseek(fd, 0, os.SEEK_CUR) == 11
+    os.close(fd)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    assert await aioring.write(fd, bytearray(b"!")) == 1
+    os.close(fd)
+    with open(path, "rb") as f:
+        assert f.read() == b"hello world!"
+
+
+async def test_readinto_accepts_any_writable_buffer(data_file):
+    fd, content = data_file
+    arr = array.array("i", [0] * 16)
+    assert await aioring.readinto(fd, arr, 0) == 64
+    assert arr.tobytes() == content[:64]
+    mv = memoryview(bytearray(100))[10:30]
+    assert await aioring.readinto(fd, mv, 5) == 20
+    assert mv.tobytes() == content[5:25]
+
+
+async def test_short_reads_at_end_of_file(data_file):
+    fd, content = data_file
+    end = len(content)
+    assert await aioring.read(fd, 1000, end - 10) == content[-10:]
+    assert await aioring.read(fd, 1000, end) == b""
+    assert await aioring.readinto(fd, bytearray(10), end + 5) == 0
+
+
+async def test_fsync(data_file):
+    fd, _ = data_file
+    await aioring.write(fd, b"x", 0)
+    assert await aioring.fsync(fd) is None
+    assert await aioring.fsync(fd, datasync=True) is None
+
+
+async def test_pipe_read_waits_for_data(pipe):
+    r, w = pipe
+    reader = asyncio.ensure_future(aioring.read(r, 100))
+    await asyncio.sleep(0)
+    assert not reader.done()
+    assert await aioring.write(w, b"ping") == 4
+    assert await reader == b"ping"
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+async def test_pipe_round_trip(pipe, blocking):
+    r, w = pipe
+    os.set_blocking(r, blocking)
+    os.set_blocking(w, blocking)
+    payload = os.urandom(300_000)  # larger than the pipe: the writer must wait for the reader
+
+    async def writer():
+        view = memoryview(payload)
+        while view:
+            view = view[await aioring.write(w, view):]
+        os.close(w)
+
+    async def reader():
+        chunks = []
+        while chunk := await aioring.read(r, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    _, received = await asyncio.gather(writer(), reader())
+    assert received == payload
+
+
+async def test_socket_fd_round_trip():
+    a, b = socket.socketpair()
+    with a, b:
+        a.setblocking(False)
+        b.setblocking(False)
+        reader = asyncio.ensure_future(aioring.read(b.fileno(), 100))
+        assert await aioring.write(a.fileno(), b"over a socket") == 13
+        assert await reader == b"over a socket"
+        a.shutdown(socket.SHUT_WR)
+        assert await aioring.read(b.fileno(), 100) == b""
+
+
+# -------------------------------------------------------------- bad input
+
+def _stats():
+    s = aioring.statistics()
+    return s["submit_calls"], s["completions"], s["in_flight"], s["waiting"]
+
+
+BAD_CALLS = [
+    ("readinto bytes", lambda fd: aioring.readinto(fd, b"read-only"), TypeError),
+    ("readinto ro memoryview", lambda fd: aioring.readinto(fd, memoryview(b"ro")), TypeError),
+    ("readinto str", lambda fd: aioring.readinto(fd, "text"), TypeError),
+    ("readinto int", lambda fd: aioring.readinto(fd, 10), TypeError),
+    ("readinto non-contiguous", lambda fd: aioring.readinto(fd, memoryview(bytearray(10))[::2]), TypeError),
+    ("readinto offset -2", lambda fd: aioring.readinto(fd, bytearray(1), -2), ValueError),
+    ("read size -1", lambda fd: aioring.read(fd, -1), ValueError),
+    ("read offset -2", lambda fd: aioring.read(fd, 1, -2), ValueError),
+    ("read size str", lambda fd: aioring.read(fd, "1"), TypeError),
+    ("read size float", lambda fd: aioring.read(fd, 1.0), TypeError),
+    ("read fd str", lambda fd: aioring.read("0", 1), TypeError),
+    ("read fd float", lambda fd: aioring.read(float(fd), 1), TypeError),
+    ("read fd huge", lambda fd: aioring.read(2**40, 1), OverflowError),
+    ("read offset huge", lambda fd: aioring.read(fd, 1, 2**64), OverflowError),
+    ("write str", lambda fd: aioring.write(fd, "text"), TypeError),
+    ("write int", lambda fd: aioring.write(fd, 5), TypeError),
+    ("write None", lambda fd: aioring.write(fd, None), TypeError),
+    ("write offset -5", lambda fd: aioring.write(fd, b"x", -5), ValueError),
+    ("fsync fd None", lambda fd: aioring.fsync(None), TypeError),
+]
+
+
+@pytest.mark.parametrize("name,call,exc", BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
+async def test_bad_input_raises_before_submitting(data_file, name, call, exc):
+    fd, content = data_file
+    await aioring.read(fd, 1, 0)  # the ring exists
+    before = _stats()
+    with pytest.raises(exc):
+        await call(fd)
+    assert _stats() == before
+    assert os.pread(fd, len(content), 0) == content
+
+
+async def test_closed_fd_is_ebadf(disk_dir):
+    fd = os.open(os.path.join(disk_dir, "f"), os.O_RDWR | os.O_CREAT)
+    await aioring.fsync(fd)  # the ring and its eventfd exist before fd's number is freed
+    os.close(fd)
+    for call in (aioring.read(fd, 1), aioring.readinto(fd, bytearray(1)),
+                 aioring.write(fd, b"x"), aioring.fsync(fd)):
+        with pytest.raises(OSError) as info:
+            await call
+        assert info.value.errno == errno.EBADF
+
+
+def _stdlib_error(fn, *args):
+    try:
+        fn(*args)
+    except OSError as exc:
+        return exc
+    raise AssertionError("the stdlib call did not fail")
+
+
+async def test_kernel_errors_match_the_stdlib(disk_dir, pipe):
+    r, w = pipe
+    cases = []
+    dirfd = os.open(disk_dir, os.O_RDONLY | os.O_DIRECTORY)
+    cases.append((aioring.read(dirfd, 10), _stdlib_error(os.read, dirfd, 10)))  # EISDIR
+    ro = os.open(os.path.join(disk_dir, "ro"), os.O_RDONLY | os.O_CREAT)
+    cases.append((aioring.write(ro, b"x"), _stdlib_error(os.write, ro, b"x")))  # EBADF
+    os.close(r)
+    cases.append((aioring.write(w, b"x"), _stdlib_error(os.write, w, b"x")))  # EPIPE
+    try:
+        for coro, expected in cases:
+            with pytest.raises(OSError) as info:
+                await coro
+            got = info.value
+            assert type(got) is type(expected)
+            assert (got.errno, got.strerror) == (expected.errno, expected.strerror)
+        assert isinstance(expected, BrokenPipeError)
+    finally:
+        os.close(dirfd)
+        os.close(ro)
+
+
+def test_backend_is_io_uring():
+    assert aioring.backend() == "io_uring"
