@@ -106,13 +106,24 @@ class Op:
         self.future = future
         self.prep = prep  # lib.aior_prep_*: (ring, *args, user_data) -> 0 or -EBUSY
         self.args = args
-        self.keep = keep  # every object the kernel may touch, alive until the CQE
+        self.keep = keep  # the cdata the kernel may touch; released once its CQE is in
         self.finish = finish  # (op, res >= 0) -> result; None: the result is res
         self.state = _WAITING
         self.res = 0
         self.waiter: asyncio.Future | None = None  # set once the caller was cancelled
         self.poll_mask = poll_mask  # for -EAGAIN on a non-blocking fd: poll, then retry
         self.polling = False
+
+
+def _release(op: Op) -> None:
+    """The kernel is done with op's memory: release it now, not when the last
+    reference goes (a traceback can hold the caller's frame for a long time),
+    so that a bytearray can be resized again the moment the call returns."""
+    keep = op.keep
+    if keep is not None:
+        op.keep = None
+        op.args = ()
+        ffi.release(keep)
 
 
 class _CancelOp:
@@ -347,9 +358,9 @@ class Ring:
                     fut.set_exception(exc)
                 else:
                     fut.set_result(result)
-            op.keep = None
+            _release(op)
         else:
-            op.keep = None
+            _release(op)
             fut.set_exception(os_error(res))
 
     # ----------------------------------------------------------- cancelling
@@ -364,7 +375,7 @@ class Ring:
         if op.state == _WAITING:
             op.state = _DONE  # never reached the kernel; dropped lazily from the queue
             op.res = -errno.ECANCELED
-            op.keep = None
+            _release(op)
             raise exc
         if op.state == _SUBMITTED:
             op.waiter = asyncio.get_running_loop().create_future()
@@ -378,15 +389,17 @@ class Ring:
         res = op.res
         fut = op.future
         if res < 0:
-            op.keep = None
+            _release(op)
             if fut.done() and not fut.cancelled():
                 fut.exception()  # retrieved: the cancellation is what the caller sees
             raise exc
         if fut.done() and not fut.cancelled():
             result = fut.result()  # the CQE won the race with the cancellation
         else:
-            result = res if op.finish is None else op.finish(op, res)
-        op.keep = None
+            try:
+                result = res if op.finish is None else op.finish(op, res)
+            finally:
+                _release(op)
         return result
 
     def _cancel(self, target: int) -> None:
@@ -444,7 +457,7 @@ class Ring:
         """Finish `op` while its ring closes: its caller can no longer get a result."""
         op.state = _DONE
         op.res = res if res < 0 else -errno.ECANCELED
-        op.keep = None
+        _release(op)
         for fut in (op.waiter, op.future):
             if fut is not None and not fut.done():
                 try:

@@ -1,0 +1,281 @@
+"""The ring: backpressure, cancellation, closing, fork and threads."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+
+import pytest
+import uvloop
+
+import aioring
+from aioring import _ring
+
+
+@pytest.fixture
+def data_file(disk_dir):
+    path = os.path.join(disk_dir, "data.bin")
+    content = os.urandom(1 << 20)
+    with open(path, "wb") as f:
+        f.write(content)
+    fd = os.open(path, os.O_RDONLY)
+    yield fd, content
+    os.close(fd)
+
+
+def _pipes(n):
+    pairs = [os.pipe() for _ in range(n)]
+    yield_pairs = list(pairs)
+    return yield_pairs
+
+
+@pytest.fixture
+def pipes():
+    made = []
+
+    def make(n):
+        pairs = [os.pipe() for _ in range(n)]
+        made.extend(pairs)
+        return pairs
+
+    yield make
+    for pair in made:
+        for fd in pair:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+async def test_10000_concurrent_reads_through_a_ring_of_8(data_file):
+    fd, content = data_file
+    ring = _ring.get_ring(entries=8)
+    assert (ring.sq_entries, ring.cq_entries) == (8, 16)
+    rng = random.Random(7)
+    offsets = [rng.randrange(0, len(content)) for _ in range(10_000)]
+    bufs = [bytearray(rng.randrange(1, 300)) for _ in offsets]
+    counts = await asyncio.gather(*(aioring.readinto(fd, b, o) for b, o in zip(bufs, offsets)))
+    for buf, off, n in zip(bufs, offsets, counts):
+        assert n == min(len(buf), len(content) - off)
+        assert buf[:n] == content[off:off + n]
+    stats = aioring.statistics()
+    assert stats["backpressured"] > 0
+    assert stats["completions"] >= 10_000
+    assert (stats["in_flight"], stats["waiting"]) == (0, 0)
+
+
+async def test_reads_beyond_the_completion_queue_wait_and_none_is_lost(pipes):
+    ring = _ring.get_ring(entries=4)
+    pairs = pipes(300)
+    reads = [asyncio.ensure_future(aioring.read(r, 100)) for r, _ in pairs]
+    await asyncio.sleep(0)
+    stats = aioring.statistics()
+    assert stats["in_flight"] <= ring.cq_entries
+    assert stats["waiting"] == 300 - stats["in_flight"]
+    for i, (_, w) in enumerate(pairs):
+        os.write(w, b"pipe %d" % i)
+    assert await asyncio.gather(*reads) == [b"pipe %d" % i for i in range(300)]
+
+
+@pytest.mark.parametrize("blocking", [True, False], ids=["blocking", "nonblocking"])
+async def test_cancelled_read_never_touches_the_buffer_and_loses_nothing(pipe, blocking):
+    r, w = pipe
+    os.set_blocking(r, blocking)
+    buf = bytearray(16)
+    task = asyncio.ensure_future(aioring.readinto(r, buf))
+    await asyncio.sleep(0)  # the task has submitted its read
+    assert aioring.statistics()["in_flight"] == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    buf.extend(b"x")  # the kernel let go: the export is released, resizing works
+    del buf[16:]
+    os.write(w, b"data for the next read")
+    assert await aioring.read(r, 100) == b"data for the next read"
+    assert buf == bytearray(16)
+
+
+async def test_cancellation_racing_a_completion_loses_nothing(pipe):
+    r, w = pipe
+    task = asyncio.ensure_future(aioring.read(r, 100))
+    await asyncio.sleep(0)
+    os.write(w, b"raced")  # the read completes in the kernel, not yet harvested
+    task.cancel()
+    try:
+        got = await task  # the cancellation came too late: the data is returned
+    except asyncio.CancelledError:
+        got = await aioring.read(r, 100)  # or it came in time: the data is still in the pipe
+    assert got == b"raced"
+
+
+async def test_cancelled_twice_still_waits_for_the_kernel(pipe):
+    r, w = pipe
+    buf = bytearray(8)
+    task = asyncio.ensure_future(aioring.readinto(r, buf))
+    await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.sleep(0)  # now waiting for the original completion
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert aioring.statistics()["in_flight"] == 0 or buf == bytearray(8)
+    os.write(w, b"12345678")
+    assert await aioring.read(r, 8) == b"12345678"
+    assert buf == bytearray(8)
+
+
+async def test_cancelling_a_backpressured_operation_never_submits_it(pipes):
+    _ring.get_ring(entries=1)  # a completion queue of 2
+    (r1, w1), (r2, w2), (r3, w3) = pipes(3)
+    first = asyncio.ensure_future(aioring.read(r1, 10))
+    second = asyncio.ensure_future(aioring.read(r2, 10))
+    third = asyncio.ensure_future(aioring.read(r3, 10))
+    await asyncio.sleep(0)
+    assert aioring.statistics()["waiting"] == 1
+    third.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await third
+    assert aioring.statistics()["cancels"] == 0  # nothing reached the kernel
+    os.write(w3, b"kept")
+    os.write(w1, b"one")
+    os.write(w2, b"two")
+    assert await asyncio.gather(first, second) == [b"one", b"two"]
+    assert await aioring.read(r3, 10) == b"kept"
+
+
+async def test_wait_for_timeout_on_a_read(pipe):
+    r, w = pipe
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(aioring.read(r, 10), 0.01)
+    os.write(w, b"later")
+    assert await aioring.read(r, 10) == b"later"
+
+
+def test_closing_the_loop_with_reads_in_flight(new_loop, pipe, loop_errors):
+    r, w = pipe
+    loop = new_loop()
+    bufs = [bytearray(10) for _ in range(5)]
+    tasks = [loop.create_task(aioring.readinto(r, b)) for b in bufs]
+    loop.run_until_complete(asyncio.sleep(0))
+    ring = _ring.get_ring(loop)
+    assert ring.statistics()["in_flight"] == 5
+    loop.close()
+    assert ring.closed
+    os.write(w, b"after close")
+    assert os.read(r, 100) == b"after close"  # the cancelled reads consumed nothing
+    assert all(b == bytearray(10) for b in bufs)
+    del tasks
+    import gc
+
+    gc.collect()
+    # asyncio reports the tasks the test abandoned on a closed loop, nothing else
+    assert all("destroyed but it is pending" in ctx["message"] for ctx in loop_errors)
+    loop_errors.clear()
+
+
+def test_run_ends_with_reads_in_flight(new_loop, pipe):
+    r, w = pipe
+
+    async def main():
+        for _ in range(3):
+            asyncio.ensure_future(aioring.read(r, 10))
+        await asyncio.sleep(0)
+        assert aioring.statistics()["in_flight"] == 3
+        return _ring.get_ring()
+
+    with asyncio.Runner(loop_factory=new_loop) if hasattr(asyncio, "Runner") else _Runner(new_loop) as runner:
+        ring = runner.run(main())
+    assert ring.closed
+    os.write(w, b"intact")
+    assert os.read(r, 100) == b"intact"
+
+
+class _Runner:
+    """asyncio.Runner for Python 3.10."""
+
+    def __init__(self, factory):
+        self.loop = factory()
+
+    def __enter__(self):
+        return self
+
+    def run(self, coro):
+        return self.loop.run_until_complete(coro)
+
+    def __exit__(self, *exc):
+        tasks = asyncio.all_tasks(self.loop)
+        for task in tasks:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        self.loop.close()
+
+
+def test_ring_closes_with_its_loop_and_a_new_loop_gets_a_new_ring(new_loop):
+    loop = new_loop()
+    ring = loop.run_until_complete(_current_ring())
+    assert not ring.closed
+    loop.close()
+    assert ring.closed
+    other = new_loop()
+    assert other.run_until_complete(_current_ring()) is not ring
+    other.close()
+
+
+async def _current_ring():
+    await aioring.fsync(os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+    return _ring.get_ring()
+
+
+async def test_forked_child_gets_its_own_ring(pipe, data_file):
+    r, w = pipe
+    fd, content = data_file
+    parent_ring = _ring.get_ring()
+    in_flight = asyncio.ensure_future(aioring.read(r, 100))
+    await asyncio.sleep(0)
+    pid = os.fork()
+    if pid == 0:  # child
+        status = 1
+        try:
+            async def child():
+                ring = _ring.get_ring()
+                ok = ring is not parent_ring and parent_ring.closed is True
+                ok = ok and await aioring.read(fd, 64, 100) == content[100:164]
+                return ok
+
+            status = 0 if asyncio.run(child()) else 3
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert not parent_ring.closed
+    os.write(w, b"parent still reads")
+    assert await in_flight == b"parent still reads"
+
+
+def test_loops_in_two_threads_get_their_own_rings(data_file):
+    fd, content = data_file
+    barrier = threading.Barrier(2, timeout=30)
+    results = {}
+
+    def run(name, runner):
+        async def main():
+            ring = _ring.get_ring()
+            barrier.wait()  # both rings exist at once
+            data = await aioring.read(fd, 1000, 5)
+            barrier.wait()
+            return ring, data
+
+        results[name] = runner(main())
+
+    threads = [threading.Thread(target=run, args=("asyncio", asyncio.run)),
+               threading.Thread(target=run, args=("uvloop", uvloop.run))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (ring_a, data_a), (ring_b, data_b) = results["asyncio"], results["uvloop"]
+    assert ring_a is not ring_b
+    assert data_a == data_b == content[5:1005]
+    assert ring_a.closed and ring_b.closed
