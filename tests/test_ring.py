@@ -279,3 +279,27 @@ def test_loops_in_two_threads_get_their_own_rings(data_file):
     assert ring_a is not ring_b
     assert data_a == data_b == content[5:1005]
     assert ring_a.closed and ring_b.closed
+
+
+async def test_other_tasks_run_while_one_task_reads_from_the_page_cache(data_file):
+    fd, _ = data_file
+    ticks = 0
+    stop = False
+
+    async def ticker():
+        nonlocal ticks
+        while not stop:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    other = asyncio.ensure_future(ticker())
+    await asyncio.sleep(0)
+    buf = bytearray(4096)
+    reads = 4000
+    before = ticks
+    for i in range(reads):
+        await aioring.readinto(fd, buf, (i * 4096) % (1 << 20))
+    # the reading task yields at least once every EAGER_RUN + 1 operations
+    assert ticks - before >= reads // (_ring.EAGER_RUN + 1) - 1
+    stop = True
+    await other
