@@ -6,10 +6,14 @@ PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SOURCES := pyproject.toml setup.py _build_cffi.py
 
-.PHONY: test bench system-deps clean
+.PHONY: test lint bench system-deps clean
 
-test: $(VENV)/.installed-test
+test: lint
 	$(PY) -m pytest
+
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check aioring tests benchmarks _build_cffi.py
+	$(VENV)/bin/mypy
 
 bench: $(VENV)/.installed-bench
 	$(PY) benchmarks/file_reads.py

@@ -11,7 +11,7 @@ from ._ring import get_ring, os_error
 __all__ = ["backend", "statistics"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _io_uring_error() -> OSError | None:
     """Set up and tear down a tiny ring once: None when io_uring works here."""
     ring = ffi.new("struct io_uring *")

@@ -15,7 +15,7 @@ from typing import Any
 from ._liburing import ffi, lib
 from ._ring import Op, Ring, get_ring, ready
 
-__all__ = ["read", "readinto", "write", "fsync", "result"]
+__all__ = ["fsync", "read", "readinto", "result", "write"]
 
 # The kernel moves at most this much in one read or write (MAX_RW_COUNT).
 MAX_RW = 0x7FFFF000

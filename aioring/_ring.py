@@ -60,11 +60,12 @@ import os
 import threading
 import weakref
 from collections import deque
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ._liburing import ffi, lib
 
-__all__ = ["Ring", "Op", "ready", "get_ring", "close_ring", "os_error", "DEFAULT_ENTRIES"]
+__all__ = ["DEFAULT_ENTRIES", "Op", "Ring", "close_ring", "get_ring", "os_error", "ready"]
 
 DEFAULT_ENTRIES = 256
 # How many more operations the task whose first operation of an iteration
@@ -109,10 +110,21 @@ def os_error(res: int, filename: Any = None, filename2: Any = None) -> OSError:
 class Op:
     """One request: how to prepare its SQE, what the kernel holds, how to finish it."""
 
-    __slots__ = ("key", "future", "prep", "args", "keep", "finish", "state", "res",
-                 "waiter", "poll_mask", "polling")
+    __slots__ = (
+        "args",
+        "finish",
+        "future",
+        "keep",
+        "key",
+        "poll_mask",
+        "polling",
+        "prep",
+        "res",
+        "state",
+        "waiter",
+    )
 
-    def __init__(self, future: asyncio.Future | None, prep: Callable[..., int], args: tuple,
+    def __init__(self, future: asyncio.Future[Any] | None, prep: Callable[..., int], args: tuple[Any, ...],
                  keep: Any, finish: Callable[[Op, int], Any] | None, poll_mask: int) -> None:
         self.key = 0
         self.future = future
@@ -122,7 +134,7 @@ class Op:
         self.finish = finish  # (op, res >= 0) -> result; None: the result is res
         self.state = _WAITING
         self.res = 0
-        self.waiter: asyncio.Future | None = None  # set once the caller was cancelled
+        self.waiter: asyncio.Future[Any] | None = None  # set once the caller was cancelled
         self.poll_mask = poll_mask  # for -EAGAIN on a non-blocking fd: poll, then retry
         self.polling = False
 
@@ -150,16 +162,12 @@ def _release(op: Op) -> None:
         ffi.release(keep)
 
 
-class _CancelOp:
-    """The in-flight entry of an ASYNC_CANCEL: its CQE only has to be consumed."""
-
-    __slots__ = ("state",)
-
-    def __init__(self) -> None:
-        self.state = _SUBMITTED
+def _no_prep(*args: Any) -> int:
+    raise AssertionError("the in-flight entry of an ASYNC_CANCEL is never prepared again")
 
 
-_CANCEL_ENTRY_TYPE = _CancelOp
+# The in-flight entry of every ASYNC_CANCEL: its CQE only has to be consumed.
+_CANCEL = Op(None, _no_prep, (), None, None, 0)
 
 
 class Ring:
@@ -206,12 +214,12 @@ class Ring:
         self._pid = os.getpid()
         self._thread = threading.get_ident()
         self._loop_ref = weakref.ref(loop)
-        self._ops: dict[int, Op | _CancelOp] = {}
+        self._ops: dict[int, Op] = {}
         self._waiting: deque[Op] = deque()
         self._limit = self.cq_entries
         self._next_key = 1
         self._flush_handle: asyncio.Handle | None = None
-        self._eager_task: asyncio.Task | None = None
+        self._eager_task: asyncio.Task[Any] | None = None
         self._eager_left = 0
         cap = self.cq_entries
         self._cap = cap
@@ -241,7 +249,7 @@ class Ring:
                     sq_entries=self.sq_entries, cq_entries=self.cq_entries)
 
     # ------------------------------------------------------------ submitting
-    def start(self, loop: asyncio.AbstractEventLoop, prep: Callable[..., int], args: tuple,
+    def start(self, loop: asyncio.AbstractEventLoop, prep: Callable[..., int], args: tuple[Any, ...],
               keep: Any, finish: Callable[[Op, int], Any] | None, poll_mask: int = 0) -> Op:
         """Queue one operation.
 
@@ -371,9 +379,9 @@ class Ring:
     def _complete(self, n: int) -> None:
         self.stats["completions"] += n
         ops = self._ops
-        for key, res in zip(ffi.unpack(self._ud, n), ffi.unpack(self._res, n)):
+        for key, res in zip(ffi.unpack(self._ud, n), ffi.unpack(self._res, n), strict=True):
             op = ops.pop(key, None)
-            if op is None or type(op) is _CANCEL_ENTRY_TYPE:
+            if op is None or op is _CANCEL:
                 continue
             if op.polling or (res == _EAGAIN and op.poll_mask):
                 if self._retry(op, res):
@@ -398,7 +406,7 @@ class Ring:
             else:
                 try:
                     result = op.finish(op, res)
-                except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting caller
+                except BaseException as exc:
                     fut.set_exception(exc)
                 else:
                     fut.set_result(result)
@@ -448,6 +456,7 @@ class Ring:
         # _DONE: the CQE arrived.
         res = op.res
         fut = op.future
+        assert fut is not None  # only an awaited op is settled
         if res < 0:
             _release(op)
             if fut.done() and not fut.cancelled():
@@ -464,7 +473,7 @@ class Ring:
 
     def _cancel(self, target: int) -> None:
         key = self._new_key()
-        self._ops[key] = _CancelOp()
+        self._ops[key] = _CANCEL
         self.stats["cancels"] += 1
         ret = lib.aior_prep_cancel(self._ring, target, key)
         if ret == _EBUSY:
@@ -499,17 +508,17 @@ class Ring:
             if op.state == _WAITING:
                 self._drop(op, -errno.ECANCELED)
         for key, op in list(self._ops.items()):
-            if type(op) is not _CANCEL_ENTRY_TYPE:
+            if op is not _CANCEL:
                 self._cancel(key)
         while self._ops:
             ret = lib.aior_wait(self._ring)
             if ret < 0 and ret != -errno.ETIME:
                 break
             n = lib.aior_reap(self._ring, -1, self._ud, self._res, self._flags, self._cap)
-            for key, res in zip(ffi.unpack(self._ud, n), ffi.unpack(self._res, n)):
-                op = self._ops.pop(key, None)
-                if op is not None and type(op) is not _CANCEL_ENTRY_TYPE:
-                    self._drop(op, res)
+            for key, res in zip(ffi.unpack(self._ud, n), ffi.unpack(self._res, n), strict=True):
+                entry = self._ops.pop(key, None)
+                if entry is not None and entry is not _CANCEL:
+                    self._drop(entry, res)
         lib.io_uring_queue_exit(self._ring)
         os.close(self._efd)
 
@@ -537,7 +546,7 @@ class Ring:
         # Unmapping and closing our copies leaves the parent's ring intact.
         lib.io_uring_queue_exit(self._ring)
         os.close(self._efd)
-        ops = [op for op in self._ops.values() if type(op) is not _CANCEL_ENTRY_TYPE]
+        ops = [op for op in self._ops.values() if op is not _CANCEL]
         self._ops.clear()
         ops.extend(self._waiting)
         self._waiting.clear()

@@ -32,7 +32,9 @@ def _recording(factory: Callable[[], asyncio.AbstractEventLoop]) -> Callable[[],
     return make
 
 
-def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
     return {name: _recording(factory) for name, factory in LOOP_FACTORIES.items()}
 
 

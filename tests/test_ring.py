@@ -56,8 +56,8 @@ async def test_10000_concurrent_reads_through_a_ring_of_8(data_file):
     rng = random.Random(7)
     offsets = [rng.randrange(0, len(content)) for _ in range(10_000)]
     bufs = [bytearray(rng.randrange(1, 300)) for _ in offsets]
-    counts = await asyncio.gather(*(aioring.readinto(fd, b, o) for b, o in zip(bufs, offsets)))
-    for buf, off, n in zip(bufs, offsets, counts):
+    counts = await asyncio.gather(*(aioring.readinto(fd, b, o) for b, o in zip(bufs, offsets, strict=True)))
+    for buf, off, n in zip(bufs, offsets, counts, strict=True):
         assert n == min(len(buf), len(content) - off)
         assert buf[:n] == content[off:off + n]
     stats = aioring.statistics()
@@ -179,9 +179,9 @@ def test_run_ends_with_reads_in_flight(new_loop, pipe):
     r, w = pipe
 
     async def main():
-        for _ in range(3):
-            asyncio.ensure_future(aioring.read(r, 10))
+        background = [asyncio.ensure_future(aioring.read(r, 10)) for _ in range(3)]
         await asyncio.sleep(0)
+        assert not any(t.done() for t in background)
         assert aioring.statistics()["in_flight"] == 3
         return _ring.get_ring()
 

@@ -1,0 +1,41 @@
+"""The build explains what to install when liburing's headers are missing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Runs _build_cffi.py as cffi would, on a machine where no liburing.h exists.
+WITHOUT_HEADERS = """
+import os.path, runpy
+exists = os.path.exists
+os.path.exists = lambda p: False if str(p).endswith("liburing.h") else exists(p)
+runpy.run_path("_build_cffi.py")
+"""
+
+
+def test_missing_liburing_headers_name_the_package_to_install():
+    proc = subprocess.run([sys.executable, "-c", WITHOUT_HEADERS], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "liburing.h not found" in proc.stderr
+    assert "apt-get install liburing-dev" in proc.stderr
+
+
+def test_the_extension_needs_no_liburing_at_run_time():
+    sys.path.insert(0, ROOT)
+    try:
+        import _build_cffi
+    finally:
+        sys.path.remove(ROOT)
+    if _build_cffi._find(_build_cffi._library_dirs(), "liburing.a") is None:
+        pytest.skip("no liburing.a here: the build links liburing dynamically")
+    from aioring import _liburing
+
+    maps = subprocess.run(["ldd", _liburing.__file__], capture_output=True, text=True).stdout
+    assert "liburing" not in maps  # linked statically from liburing.a
