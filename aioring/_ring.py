@@ -221,6 +221,7 @@ class Ring:
         self._flush_handle: asyncio.Handle | None = None
         self._eager_task: asyncio.Task[Any] | None = None
         self._eager_left = 0
+        self._solo = True
         cap = self.cq_entries
         self._cap = cap
         self._ud = ffi.new("uint64_t[]", cap)
@@ -277,7 +278,7 @@ class Ring:
             # First operation of this loop iteration: submit it now (hybrid).
             self._flush_handle = loop.call_soon(self._flush)
             self._eager_task = _current_task()
-            self._eager_left = EAGER_RUN
+            self._eager_left = EAGER_RUN if self._solo else 0
             self._submit()
             if op.state == _DONE:
                 return op
@@ -332,7 +333,11 @@ class Ring:
         if self._closed:
             return
         self._release_waiting()
-        if lib.aior_sq_pending(self._ring):
+        pending = lib.aior_sq_pending(self._ring)
+        # Many operations in one flush: many tasks share the loop, and batching
+        # serves them best.  One: a lone task, which eager runs serve best.
+        self._solo = pending <= 1
+        if pending:
             self._submit()
 
     def _submit(self) -> None:
