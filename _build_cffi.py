@@ -197,6 +197,10 @@ static int aior_submit_reap(struct io_uring *ring, uint64_t *ud, int32_t *res,
     *submitted = io_uring_submit(ring);
     n = aior_harvest(ring, ud, res, flags, max);
     io_uring_cq_eventfd_toggle(ring, true);
+    /* The kernel publishes a CQE, then reads the flag; we publish the flag,
+       then read the CQ tail.  Without a full fence both may read the old
+       value, and a CQE would be neither harvested nor signalled. */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (n < max)
         n += aior_harvest(ring, ud + n, res + n, flags + n, max - n);
     if (n < max && aior_needs_enter(ring)) {

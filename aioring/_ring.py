@@ -23,7 +23,8 @@ What this module relies on, and why it is written the way it is:
 
 * **Backpressure.**  The CQ holds a fixed number of entries.  The kernel keeps
   overflowing CQEs on a side list (IORING_FEAT_NODROP), but we never lean on
-  that: no more operations are handed to the kernel than the CQ holds.  The
+  that: no more operations are handed to the kernel than the CQ holds (only
+  the ASYNC_CANCELs of cancelled operations may briefly go beyond it).  The
   rest wait in a FIFO and are prepared as completions free room.  A full SQ is
   submitted and the preparation retried.
 
@@ -37,11 +38,11 @@ What this module relies on, and why it is written the way it is:
   ASYNC_CANCEL is submitted and the caller keeps waiting, shielded, for the
   original CQE.  Only then does it see CancelledError, so the caller may reuse
   its buffer at once.  If the CQE says the operation completed anyway (the
-  cancellation lost the race), the result is returned as though the
-  cancellation had come a moment too late, which is what ``Future.cancel()``
-  does for a done future: the bytes that were read or written are never lost.
-  (Re-arming the cancellation instead would turn a timeout whose operation
-  completed into a stray CancelledError at the task's next await.)
+  cancellation lost the race), the result is returned, so the bytes that were
+  read or written are never lost, and the cancellation is delivered again on
+  the next loop iteration unless the task took it back meanwhile (a timeout
+  block that the task left with the result uncancels it; a task that finished
+  keeps its result).  A loop of reads therefore still ends when cancelled.
 
 * **Closing drains.**  Closing a ring cancels everything in flight and blocks
   until the table is empty before unmapping the ring.  A ring closes with its
@@ -74,8 +75,9 @@ DEFAULT_ENTRIES = 256
 EAGER_RUN = 7
 _current_task = asyncio.current_task
 # Ring flags, most wanted first; EINVAL (a kernel without one) tries the next.
-# COOP_TASKRUN and SINGLE_ISSUER showed no gain on page-cache reads here.
-_SETUP_FLAGS = [0]
+# SUBMIT_ALL (5.18): an SQE that fails early does not stop the rest of the
+# batch.  COOP_TASKRUN and SINGLE_ISSUER showed no gain on page-cache reads.
+_SETUP_FLAGS = [lib.IORING_SETUP_SUBMIT_ALL, 0]
 
 # Op.state
 _WAITING = 0  # held back by backpressure, no SQE yet
@@ -186,6 +188,10 @@ class Ring:
         if ret < 0:
             raise os_error(ret)
         self.setup_flags = flags
+        if not out[0] & lib.IORING_FEAT_NODROP:
+            lib.io_uring_queue_exit(self._ring)
+            # Cancellations may briefly exceed the CQ; only NODROP (5.5) keeps them.
+            raise OSError(errno.ENOSYS, "io_uring without IORING_FEAT_NODROP (kernel before 5.5)")
         self.features = out[0]
         self.sq_entries = out[1]
         self.cq_entries = out[2]
@@ -259,6 +265,8 @@ class Ring:
         its result at once.  Otherwise its future resolves with
         finish(op, res), or raises the OSError of a negative result.
         """
+        if self._closed:
+            raise RuntimeError("this io_uring is closed")
         op = Op(None, prep, args, keep, finish, poll_mask)
         ops = self._ops
         if self._waiting or len(ops) >= self._limit:
@@ -269,8 +277,11 @@ class Ring:
             return op
         key = self._next_key
         self._next_key = key + 1
-        if prep(self._ring, *args, key) == _EBUSY:
-            self._prep_after_submit(op, key)
+        if prep(self._ring, *args, key) == _EBUSY and not self._prep_after_submit(op, key):
+            op.future = loop.create_future()  # the kernel takes no SQE now: wait
+            self._waiting.appendleft(op)
+            self._schedule_flush(loop)
+            return op
         op.key = key
         op.state = _SUBMITTED
         ops[key] = op
@@ -305,27 +316,29 @@ class Ring:
         self._next_key = key + 1
         return key
 
-    def _prep(self, op: Op) -> None:
-        """Prepare the SQE of a waiting op (first try, or again after a poll)."""
+    def _prep(self, op: Op) -> bool:
+        """Prepare the SQE of a waiting op (first try, or again after a poll).
+
+        False when the kernel takes no SQE now; the op stays waiting."""
         key = self._next_key
         self._next_key = key + 1
-        if self._prep_sqe(op, key) == _EBUSY:
-            self._prep_after_submit(op, key)
+        if self._prep_sqe(op, key) == _EBUSY and not self._prep_after_submit(op, key):
+            return False
         op.key = key
         op.state = _SUBMITTED
         self._ops[key] = op
+        return True
 
     def _prep_sqe(self, op: Op, key: int) -> int:
         if op.polling:
             return lib.aior_prep_poll(self._ring, op.args[1], op.poll_mask, key)
         return op.prep(self._ring, *op.args, key)
 
-    def _prep_after_submit(self, op: Op, key: int) -> None:
+    def _prep_after_submit(self, op: Op, key: int) -> bool:
         """The SQ is full: hand what is queued to the kernel, then prepare again."""
         lib.io_uring_submit(self._ring)
         self.stats["submit_calls"] += 1
-        if self._prep_sqe(op, key) == _EBUSY:
-            raise RuntimeError("io_uring submission queue stays full")
+        return self._prep_sqe(op, key) != _EBUSY
 
     def _flush(self) -> None:
         self._flush_handle = None
@@ -339,6 +352,8 @@ class Ring:
         self._solo = pending <= 1
         if pending:
             self._submit()
+            if lib.aior_sq_pending(self._ring):
+                self._schedule_flush()  # the kernel stopped short of the batch
 
     def _submit(self) -> None:
         n = lib.aior_submit_reap(self._ring, self._ud, self._res, self._flags, self._cap,
@@ -370,6 +385,10 @@ class Ring:
             if n < self._cap:
                 break
             n = lib.aior_reap(self._ring, -1, self._ud, self._res, self._flags, self._cap)
+        if self._waiting:
+            # Completions harvested while notification was off freed room that
+            # no wakeup will report: the waiting ops need a flush of their own.
+            self._schedule_flush()
 
     def _release_waiting(self) -> None:
         waiting = self._waiting
@@ -377,8 +396,10 @@ class Ring:
         limit = self._limit
         while waiting and len(ops) < limit:
             op = waiting.popleft()
-            if op.state == _WAITING:
-                self._prep(op)
+            if op.state == _WAITING and not self._prep(op):
+                waiting.appendleft(op)  # the SQ stays full: try again next iteration
+                self._schedule_flush()
+                break
 
     # ------------------------------------------------------------ completing
     def _complete(self, n: int) -> None:
@@ -441,9 +462,9 @@ class Ring:
         """The caller awaiting `op` was cancelled: wait until the kernel let go of it.
 
         Raises `exc` when the operation did not happen (cancelled in time, or
-        never submitted).  When it completed anyway its result is returned, as
-        though the cancellation had come too late: nothing the kernel already
-        did is lost.
+        never submitted).  When it completed anyway its result is returned, so
+        that nothing the kernel already did is lost, and the cancellation is
+        delivered again at the task's next await (see _redeliver).
         """
         if op.state == _WAITING:
             op.state = _DONE  # never reached the kernel; dropped lazily from the queue
@@ -474,19 +495,29 @@ class Ring:
                 result = res if op.finish is None else op.finish(op, res)
             finally:
                 _release(op)
+        _redeliver_later(exc)
         return result
 
     def _cancel(self, target: int) -> None:
+        if self._closed:
+            return  # closing cancelled everything already
+        if not self._prep_cancel(target):
+            # The kernel takes no SQE now: ask again next iteration.
+            loop = self._loop_ref()
+            if loop is not None and not loop.is_closed():
+                loop.call_soon(self._cancel, target)
+            return
+        self._schedule_flush()
+
+    def _prep_cancel(self, target: int) -> bool:
         key = self._new_key()
+        if lib.aior_prep_cancel(self._ring, target, key) == _EBUSY:
+            lib.io_uring_submit(self._ring)
+            if lib.aior_prep_cancel(self._ring, target, key) == _EBUSY:
+                return False
         self._ops[key] = _CANCEL
         self.stats["cancels"] += 1
-        ret = lib.aior_prep_cancel(self._ring, target, key)
-        if ret == _EBUSY:
-            lib.io_uring_submit(self._ring)
-            ret = lib.aior_prep_cancel(self._ring, target, key)
-            if ret == _EBUSY:
-                raise RuntimeError("io_uring submission queue stays full")
-        self._schedule_flush()
+        return True
 
     # -------------------------------------------------------------- closing
     def close(self) -> None:
@@ -500,9 +531,11 @@ class Ring:
         if os.getpid() != self._pid:
             self._abandon()
             return
+        loop = self._loop_ref()
+        if loop is not None and loop.is_running() and threading.get_ident() != self._thread:
+            raise RuntimeError("a running loop's io_uring can only be closed from the loop's thread")
         self._closed = True
         _forget(self)
-        loop = self._loop_ref()
         if loop is not None and not loop.is_closed():
             loop.remove_reader(self._efd)
         if self._flush_handle is not None:
@@ -512,20 +545,29 @@ class Ring:
             op = self._waiting.popleft()
             if op.state == _WAITING:
                 self._drop(op, -errno.ECANCELED)
+        drained = True
         for key, op in list(self._ops.items()):
-            if op is not _CANCEL:
-                self._cancel(key)
-        while self._ops:
-            ret = lib.aior_wait(self._ring)
-            if ret < 0 and ret != -errno.ETIME:
-                break
-            n = lib.aior_reap(self._ring, -1, self._ud, self._res, self._flags, self._cap)
-            for key, res in zip(ffi.unpack(self._ud, n), ffi.unpack(self._res, n), strict=True):
-                entry = self._ops.pop(key, None)
-                if entry is not None and entry is not _CANCEL:
-                    self._drop(entry, res)
+            while drained and op is not _CANCEL and not self._prep_cancel(key):
+                drained = self._drain_once()  # room in the SQ comes with completions
+        while drained and self._ops:
+            drained = self._drain_once()
+        if self._ops:
+            # The kernel would not say it let go: never free what it may still write.
+            _kept_forever.extend(self._ops.values())
         lib.io_uring_queue_exit(self._ring)
         os.close(self._efd)
+
+    def _drain_once(self) -> bool:
+        """Block for at least one completion and drop what arrived; False on error."""
+        ret = lib.aior_wait(self._ring)
+        if ret < 0 and ret != -errno.ETIME:
+            return False
+        n = lib.aior_reap(self._ring, -1, self._ud, self._res, self._flags, self._cap)
+        for key, res in zip(ffi.unpack(self._ud, n), ffi.unpack(self._res, n), strict=True):
+            entry = self._ops.pop(key, None)
+            if entry is not None and entry is not _CANCEL:
+                self._drop(entry, res)
+        return True
 
     def _drop(self, op: Op, res: int) -> None:
         """Finish `op` while its ring closes: its caller can no longer get a result."""
@@ -559,7 +601,29 @@ class Ring:
             self._drop(op, -errno.ECANCELED)
 
 
+def _redeliver_later(exc: asyncio.CancelledError) -> None:
+    """The current task swallowed `exc` to return a late result: cancel it
+    again on the next loop iteration, unless it took the cancellation back."""
+    task = asyncio.current_task()
+    if task is None:
+        return
+    cancelling = getattr(task, "cancelling", None)  # 3.11+
+    pending = cancelling() if cancelling is not None else None
+    task.get_loop().call_soon(_redeliver, task, exc.args[0] if exc.args else None, pending)
+
+
+def _redeliver(task: asyncio.Task[Any], msg: Any, pending: int | None) -> None:
+    if task.done():
+        return  # it finished with the result: nothing left to cancel
+    if pending is not None:  # 3.11+: Task.cancelling and Task.uncancel exist
+        if getattr(task, "cancelling")() < pending:  # noqa: B009
+            return  # uncancelled meanwhile, e.g. by the timeout block it left
+        getattr(task, "uncancel")()  # noqa: B009 - one request, delivered once
+    task.cancel(msg)
+
+
 # ---------------------------------------------------------------- registry
+_kept_forever: list[Op] = []  # ops of a ring whose drain failed: their memory is never freed
 _lock = threading.Lock()
 _rings: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Ring] = weakref.WeakKeyDictionary()
 _last: Ring | None = None  # the ring found last: one attribute check on the hot path
@@ -620,16 +684,19 @@ def _wrap_loop_close(loop: asyncio.AbstractEventLoop) -> None:
     def close() -> None:
         target = loop_ref()
         ring = _rings.get(target) if target is not None else None
-        if ring is not None and target is not None and not target.is_running():
-            ring.close()
-        original()
+        try:
+            if ring is not None and target is not None and not target.is_running():
+                ring.close()
+        finally:
+            original()
 
     loop.close = close  # type: ignore[method-assign]
     loop._aioring_close_wrapped = True  # type: ignore[attr-defined]
 
 
 def _after_fork_in_child() -> None:
-    global _last
+    global _last, _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork
     rings = list(_rings.values())
     _rings.clear()
     _last = None

@@ -303,3 +303,104 @@ async def test_other_tasks_run_while_one_task_reads_from_the_page_cache(data_fil
     assert ticks - before >= reads // (_ring.EAGER_RUN + 1) - 1
     stop = True
     await other
+
+
+async def test_a_cancelled_read_loop_ends_and_keeps_every_byte(pipe):
+    r, w = pipe
+    got = []
+
+    async def reader():
+        while True:
+            got.append(await aioring.read(r, 100))
+
+    task = asyncio.ensure_future(reader())
+    await asyncio.sleep(0)
+    os.write(w, b"raced")  # the read completes in the kernel, not yet harvested
+    task.cancel()
+    await asyncio.wait({task}, timeout=10)  # a swallowed cancellation would leave it running
+    assert task.cancelled()  # whichever side won the race, the cancellation is not lost
+    os.set_blocking(r, False)
+    try:
+        rest = os.read(r, 100)
+    except BlockingIOError:
+        rest = b""
+    assert b"".join(got) + rest == b"raced"
+
+
+async def test_a_late_result_whose_cancellation_was_taken_back_is_not_cancelled_again(pipe):
+    if not hasattr(asyncio.Task, "uncancel"):
+        pytest.skip("Task.uncancel is 3.11+")
+    r, w = pipe
+    task = asyncio.current_task()
+
+    def data_then_cancel():
+        os.write(w, b"late")  # completes the read in the kernel, not yet harvested
+        task.cancel()  # what a timeout does when it expires
+
+    asyncio.get_running_loop().call_soon(data_then_cancel)
+    data = await aioring.read(r, 100)
+    assert data == b"late"
+    assert task.cancelling() == 1  # it was cancelled, and completed anyway
+    task.uncancel()  # what a timeout block does when the task leaves it
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # a cancellation delivered again would land here
+    assert task.cancelling() == 0
+
+
+async def test_a_late_result_is_returned_and_the_cancellation_still_arrives(pipe):
+    r, w = pipe
+    task = asyncio.current_task()
+
+    def data_then_cancel():
+        os.write(w, b"late")
+        task.cancel()
+
+    asyncio.get_running_loop().call_soon(data_then_cancel)
+    data = await aioring.read(r, 100)
+    assert data == b"late"
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.sleep(0.5)
+    if hasattr(task, "uncancel"):
+        task.uncancel()
+
+
+async def test_room_freed_inside_a_submit_releases_waiting_operations(pipes):
+    ring = _ring.get_ring(entries=2)  # a completion queue of 4
+    (r1, w1), (r2, w2), (r3, w3) = pipes(3)
+    reads = [asyncio.ensure_future(aioring.read(r, 10)) for r in (r1, r2, r3)]
+    first_write = asyncio.ensure_future(aioring.write(w1, b"a"))  # completes a read inside a submit
+    second_write = asyncio.ensure_future(aioring.write(w2, b"b"))  # held back: the CQ is full
+    await asyncio.sleep(0)
+    assert ring.statistics()["waiting"] >= 1
+    # No other completion will come: the freed room alone must let the second write go.
+    done = await asyncio.wait_for(asyncio.gather(reads[0], first_write, second_write, reads[1]), 10)
+    assert done == [b"a", 1, 1, b"b"]
+    os.write(w3, b"c")
+    assert await reads[2] == b"c"
+
+
+def test_fork_while_the_registry_lock_is_held(data_file):
+    fd, content = data_file
+    with _ring._lock:  # as if another thread were making a ring at the fork
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                import signal
+
+                signal.alarm(20)  # a deadlocked child dies instead of hanging the suite
+                status = 0 if asyncio.run(aioring.read(fd, 10, 0)) == content[:10] else 3
+            finally:
+                os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+async def test_a_closed_ring_refuses_new_operations():
+    ring = _ring.get_ring()
+    _ring.close_ring()
+    assert ring.closed
+    with pytest.raises(RuntimeError):
+        ring.start(asyncio.get_running_loop(), _ring.lib.aior_prep_rw,
+                   (_ring.lib.IORING_OP_NOP, -1, _ring.ffi.NULL, 0, 0, 0), None, None)
+    assert await aioring.read(os.open("/dev/zero", os.O_RDONLY | os.O_CLOEXEC), 3) == b"\0\0\0"
