@@ -13,6 +13,7 @@ import select
 from typing import Any
 
 from ._liburing import ffi, lib
+from . import _ring
 from ._ring import Op, Ring, get_ring, ready
 
 __all__ = ["fsync", "read", "readinto", "result", "write"]
@@ -137,7 +138,9 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     except (TypeError, BufferError, ValueError):
         cbuf = writable_buffer(buffer)
     loop = _get_running_loop()
-    ring = get_ring(loop)
+    ring = _ring._last
+    if ring is None or ring._loop_ref() is not loop or ring._closed:
+        ring = get_ring(loop)
     op = ring.start(loop, _PREP_RW, (_READ, fd, cbuf, min(len(cbuf), MAX_RW), offset, 0),
                     cbuf, None, _POLLIN)
     if op.future is None:

@@ -85,6 +85,7 @@ _SUBMITTED = 1  # in the SQ or in the kernel: in the in-flight table
 _DONE = 2  # its CQE arrived (or it was dropped before ever being submitted)
 
 _ffi_release = ffi.release
+_InvalidStateError = asyncio.InvalidStateError
 _EAGAIN = -errno.EAGAIN
 _EBUSY = -errno.EBUSY
 _RETRY_SUBMIT = frozenset((-errno.EAGAIN, -errno.EBUSY, -errno.EINTR))
@@ -423,15 +424,19 @@ class Ring:
                 if not op.waiter.done():
                     op.waiter.set_result(None)
                 continue
-            if fut.done():
+            finish = op.finish
+            if res >= 0 and finish is None:
+                try:
+                    fut.set_result(res)
+                except _InvalidStateError:
+                    continue  # cancelled; the caller's settle() finishes it
+            elif fut.done():
                 continue  # cancelled; the caller's settle() finishes it
-            if res < 0:
+            elif res < 0 or finish is None:
                 fut.set_exception(os_error(res))
-            elif op.finish is None:
-                fut.set_result(res)
             else:
                 try:
-                    result = op.finish(op, res)
+                    result = finish(op, res)
                 except BaseException as exc:
                     fut.set_exception(exc)
                 else:
