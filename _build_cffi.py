@@ -135,6 +135,96 @@ static int aior_prep_poll(struct io_uring *ring, int fd, unsigned mask,
     return 0;
 }
 
+/* Path and file operations: one call each gets, prepares and tags an SQE. */
+#define AIOR_GET_SQE() \
+    struct io_uring_sqe *sqe = io_uring_get_sqe(ring); \
+    if (!sqe) \
+        return -EBUSY
+
+static int aior_prep_openat(struct io_uring *ring, int dfd, const char *path,
+                            int flags, unsigned mode, uint64_t user_data)
+{
+    AIOR_GET_SQE();
+    io_uring_prep_openat(sqe, dfd, path, flags, mode);
+    sqe->user_data = user_data;
+    return 0;
+}
+
+static int aior_prep_close(struct io_uring *ring, int fd, uint64_t user_data)
+{
+    AIOR_GET_SQE();
+    io_uring_prep_close(sqe, fd);
+    sqe->user_data = user_data;
+    return 0;
+}
+
+static int aior_prep_statx(struct io_uring *ring, int dfd, const char *path,
+                           int flags, unsigned mask, struct statx *buf,
+                           uint64_t user_data)
+{
+    AIOR_GET_SQE();
+    io_uring_prep_statx(sqe, dfd, path, flags, mask, buf);
+    sqe->user_data = user_data;
+    return 0;
+}
+
+static int aior_prep_unlinkat(struct io_uring *ring, int dfd, const char *path,
+                              int flags, uint64_t user_data)
+{
+    AIOR_GET_SQE();
+    io_uring_prep_unlinkat(sqe, dfd, path, flags);
+    sqe->user_data = user_data;
+    return 0;
+}
+
+static int aior_prep_renameat(struct io_uring *ring, int olddfd, const char *oldpath,
+                              int newdfd, const char *newpath, unsigned flags,
+                              uint64_t user_data)
+{
+    AIOR_GET_SQE();
+    io_uring_prep_renameat(sqe, olddfd, oldpath, newdfd, newpath, flags);
+    sqe->user_data = user_data;
+    return 0;
+}
+
+static int aior_prep_mkdirat(struct io_uring *ring, int dfd, const char *path,
+                             unsigned mode, uint64_t user_data)
+{
+    AIOR_GET_SQE();
+    io_uring_prep_mkdirat(sqe, dfd, path, mode);
+    sqe->user_data = user_data;
+    return 0;
+}
+
+static int aior_prep_linkat(struct io_uring *ring, int olddfd, const char *oldpath,
+                            int newdfd, const char *newpath, int flags,
+                            uint64_t user_data)
+{
+    AIOR_GET_SQE();
+    io_uring_prep_linkat(sqe, olddfd, oldpath, newdfd, newpath, flags);
+    sqe->user_data = user_data;
+    return 0;
+}
+
+static int aior_prep_symlinkat(struct io_uring *ring, const char *target,
+                               int newdfd, const char *linkpath,
+                               uint64_t user_data)
+{
+    AIOR_GET_SQE();
+    io_uring_prep_symlinkat(sqe, target, newdfd, linkpath);
+    sqe->user_data = user_data;
+    return 0;
+}
+
+static int aior_prep_fallocate(struct io_uring *ring, int fd, int mode,
+                               int64_t offset, int64_t len, uint64_t user_data)
+{
+    AIOR_GET_SQE();
+    io_uring_prep_fallocate(sqe, fd, mode, (__u64)offset, (__u64)len);
+    sqe->user_data = user_data;
+    return 0;
+}
+
 static unsigned aior_harvest(struct io_uring *ring, uint64_t *ud, int32_t *res,
                              uint32_t *flags, unsigned max)
 {
@@ -241,6 +331,18 @@ CDEF = r"""
 /* types */
 struct io_uring { ...; };
 
+struct statx_timestamp { int64_t tv_sec; uint32_t tv_nsec; ...; };
+struct statx {
+    uint32_t stx_mask; uint32_t stx_blksize; uint64_t stx_attributes;
+    uint32_t stx_nlink; uint32_t stx_uid; uint32_t stx_gid; uint16_t stx_mode;
+    uint64_t stx_ino; uint64_t stx_size; uint64_t stx_blocks;
+    struct statx_timestamp stx_atime; struct statx_timestamp stx_btime;
+    struct statx_timestamp stx_ctime; struct statx_timestamp stx_mtime;
+    uint32_t stx_rdev_major; uint32_t stx_rdev_minor;
+    uint32_t stx_dev_major; uint32_t stx_dev_minor;
+    ...;
+};
+
 /* functions: liburing */
 int io_uring_register_eventfd(struct io_uring *ring, int fd);
 int io_uring_submit(struct io_uring *ring);
@@ -258,6 +360,25 @@ int aior_prep_cancel(struct io_uring *ring, uint64_t target,
                      uint64_t user_data);
 int aior_prep_poll(struct io_uring *ring, int fd, unsigned mask,
                    uint64_t user_data);
+int aior_prep_openat(struct io_uring *ring, int dfd, const char *path,
+                     int flags, unsigned mode, uint64_t user_data);
+int aior_prep_close(struct io_uring *ring, int fd, uint64_t user_data);
+int aior_prep_statx(struct io_uring *ring, int dfd, const char *path, int flags,
+                    unsigned mask, struct statx *buf, uint64_t user_data);
+int aior_prep_unlinkat(struct io_uring *ring, int dfd, const char *path,
+                       int flags, uint64_t user_data);
+int aior_prep_renameat(struct io_uring *ring, int olddfd, const char *oldpath,
+                       int newdfd, const char *newpath, unsigned flags,
+                       uint64_t user_data);
+int aior_prep_mkdirat(struct io_uring *ring, int dfd, const char *path,
+                      unsigned mode, uint64_t user_data);
+int aior_prep_linkat(struct io_uring *ring, int olddfd, const char *oldpath,
+                     int newdfd, const char *newpath, int flags,
+                     uint64_t user_data);
+int aior_prep_symlinkat(struct io_uring *ring, const char *target, int newdfd,
+                        const char *linkpath, uint64_t user_data);
+int aior_prep_fallocate(struct io_uring *ring, int fd, int mode, int64_t offset,
+                        int64_t len, uint64_t user_data);
 int aior_reap(struct io_uring *ring, int efd, uint64_t *ud, int32_t *res,
               uint32_t *flags, unsigned max);
 int aior_submit_reap(struct io_uring *ring, uint64_t *ud, int32_t *res,
@@ -273,7 +394,21 @@ int aior_ring_fd(struct io_uring *ring);
 #define IORING_OP_ASYNC_CANCEL ...
 #define IORING_OP_READ ...
 #define IORING_OP_WRITE ...
+#define IORING_OP_OPENAT ...
+#define IORING_OP_CLOSE ...
+#define IORING_OP_STATX ...
+#define IORING_OP_UNLINKAT ...
+#define IORING_OP_RENAMEAT ...
+#define IORING_OP_MKDIRAT ...
+#define IORING_OP_LINKAT ...
+#define IORING_OP_SYMLINKAT ...
+#define IORING_OP_FALLOCATE ...
 #define IORING_OP_LAST ...
+#define STATX_BASIC_STATS ...
+#define AT_EMPTY_PATH ...
+#define AT_SYMLINK_NOFOLLOW ...
+#define AT_REMOVEDIR ...
+#define AT_FDCWD ...
 
 /* constants: flags */
 #define IORING_FSYNC_DATASYNC ...

@@ -1,0 +1,203 @@
+"""L2: path and file operations on the ring, each mirroring its os function.
+
+open, close, stat (and fstat, lstat), unlink, rmdir, rename, replace, mkdir,
+link, symlink and fallocate go through their io_uring opcodes.  Where the
+kernel's probe lacks an opcode, that one function runs its os counterpart in
+the loop's default executor instead; the rest still use the ring.
+
+Arguments are checked as os checks them (TypeError for a bad path type,
+ValueError for an embedded NUL) before anything is submitted; kernel errors
+carry the filename(s) exactly as given, as os's do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from typing import Any
+from collections.abc import Callable
+
+from ._liburing import ffi, lib
+from ._ops import check_fd, result
+from ._ring import Op, get_ring, os_error
+
+__all__ = ["close", "fallocate", "link", "lstat", "mkdir", "open", "rename", "replace", "rmdir",
+           "stat", "symlink", "unlink"]
+
+Path = str | bytes | os.PathLike[str] | os.PathLike[bytes]
+
+_AT_FDCWD = lib.AT_FDCWD
+_STATX_NEW = ffi.typeof("struct statx *")
+
+
+def _encode(path: Any, func: str, name: str = "path") -> bytes:
+    """os's path conversion: str, bytes or os.PathLike; no NUL inside."""
+    try:
+        raw = os.fspath(path)
+    except TypeError:
+        raise TypeError(f"{func}: {name} should be string, bytes or os.PathLike, "
+                        f"not {type(path).__name__}") from None
+    encoded = os.fsencode(raw)
+    if b"\0" in encoded:
+        raise ValueError(f"{func}: embedded null character in {name}")
+    return encoded
+
+
+def _dir_fd(dir_fd: int | None) -> int:
+    return _AT_FDCWD if dir_fd is None else check_fd(dir_fd)
+
+
+async def _call(opcode: int, fallback: Callable[[], Any], prep: Any, args: tuple[Any, ...],
+                keep: Any = None, finish: Callable[[Op, int], Any] | None = None,
+                filename: Any = None, filename2: Any = None) -> Any:
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
+    if not ring.supports(opcode):
+        return await loop.run_in_executor(None, fallback)
+    op = ring.start(loop, prep, args, keep, finish)
+    try:
+        return await result(ring, op)
+    except OSError as exc:
+        if exc.filename is None and filename is not None and exc.errno is not None:
+            raise os_error(-exc.errno, filename, filename2) from None
+        raise
+
+
+def _finish_none(op: Op, res: int) -> None:
+    return None
+
+
+async def open(path: Path, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+    """os.open through IORING_OP_OPENAT: the new fd is non-inheritable, as os.open's."""
+    encoded = _encode(path, "open")
+    flags = int(flags) | os.O_CLOEXEC
+    dfd = _dir_fd(dir_fd)
+    fallback = functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)
+    return await _call(lib.IORING_OP_OPENAT, fallback, lib.aior_prep_openat,
+                       (dfd, encoded, flags, mode), filename=path)
+
+
+async def close(fd: int) -> None:
+    """os.close through IORING_OP_CLOSE."""
+    fd = check_fd(fd)
+    await _call(lib.IORING_OP_CLOSE, functools.partial(os.close, fd), lib.aior_prep_close,
+                (fd,), finish=_finish_none)
+
+
+def _finish_stat(op: Op, res: int) -> os.stat_result:
+    st = op.keep
+    times = (st.stx_atime, st.stx_mtime, st.stx_ctime)
+    ns = tuple(t.tv_sec * 1_000_000_000 + t.tv_nsec for t in times)
+    return os.stat_result((
+        st.stx_mode, st.stx_ino, os.makedev(st.stx_dev_major, st.stx_dev_minor), st.stx_nlink,
+        st.stx_uid, st.stx_gid, st.stx_size,
+        *(t.tv_sec for t in times),
+        *(t.tv_sec + t.tv_nsec * 1e-9 for t in times),
+        *ns,
+        st.stx_blksize, st.stx_blocks, os.makedev(st.stx_rdev_major, st.stx_rdev_minor),
+    ))
+
+
+async def stat(path: Path | int, *, dir_fd: int | None = None,
+               follow_symlinks: bool = True) -> os.stat_result:
+    """os.stat through IORING_OP_STATX; an int path is an fd, as for os.stat."""
+    if isinstance(path, int):
+        fd = check_fd(path)
+        encoded, dfd, flags, name = b"", fd, lib.AT_EMPTY_PATH, None
+    else:
+        encoded, dfd, name = _encode(path, "stat"), _dir_fd(dir_fd), path
+        flags = 0 if follow_symlinks else lib.AT_SYMLINK_NOFOLLOW
+    buf = ffi.new(_STATX_NEW)
+    fallback = functools.partial(os.stat, path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+    return await _call(lib.IORING_OP_STATX, fallback, lib.aior_prep_statx,
+                       (dfd, encoded, flags, lib.STATX_BASIC_STATS, buf), buf, _finish_stat,
+                       filename=name)
+
+
+async def lstat(path: Path, *, dir_fd: int | None = None) -> os.stat_result:
+    """os.lstat: stat without following a final symlink."""
+    return await stat(path, dir_fd=dir_fd, follow_symlinks=False)
+
+
+async def _unlinkat(func: str, path: Path, dir_fd: int | None, flags: int) -> None:
+    fallback = functools.partial(getattr(os, func), path, dir_fd=dir_fd)
+    await _call(lib.IORING_OP_UNLINKAT, fallback, lib.aior_prep_unlinkat,
+                (_dir_fd(dir_fd), _encode(path, func), flags), finish=_finish_none,
+                filename=path)
+
+
+async def unlink(path: Path, *, dir_fd: int | None = None) -> None:
+    """os.unlink (os.remove) through IORING_OP_UNLINKAT."""
+    await _unlinkat("unlink", path, dir_fd, 0)
+
+
+async def rmdir(path: Path, *, dir_fd: int | None = None) -> None:
+    """os.rmdir through IORING_OP_UNLINKAT with AT_REMOVEDIR."""
+    await _unlinkat("rmdir", path, dir_fd, lib.AT_REMOVEDIR)
+
+
+async def _renameat(func: str, src: Path, dst: Path, src_dir_fd: int | None,
+                    dst_dir_fd: int | None) -> None:
+    args = (_dir_fd(src_dir_fd), _encode(src, func, "src"), _dir_fd(dst_dir_fd),
+            _encode(dst, func, "dst"), 0)
+    fallback = functools.partial(getattr(os, func), src, dst, src_dir_fd=src_dir_fd,
+                                 dst_dir_fd=dst_dir_fd)
+    await _call(lib.IORING_OP_RENAMEAT, fallback, lib.aior_prep_renameat, args,
+                finish=_finish_none, filename=src, filename2=dst)
+
+
+async def rename(src: Path, dst: Path, *, src_dir_fd: int | None = None,
+                 dst_dir_fd: int | None = None) -> None:
+    """os.rename through IORING_OP_RENAMEAT."""
+    await _renameat("rename", src, dst, src_dir_fd, dst_dir_fd)
+
+
+async def replace(src: Path, dst: Path, *, src_dir_fd: int | None = None,
+                  dst_dir_fd: int | None = None) -> None:
+    """os.replace through IORING_OP_RENAMEAT (on Linux rename replaces too)."""
+    await _renameat("replace", src, dst, src_dir_fd, dst_dir_fd)
+
+
+async def mkdir(path: Path, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+    """os.mkdir through IORING_OP_MKDIRAT."""
+    fallback = functools.partial(os.mkdir, path, mode, dir_fd=dir_fd)
+    await _call(lib.IORING_OP_MKDIRAT, fallback, lib.aior_prep_mkdirat,
+                (_dir_fd(dir_fd), _encode(path, "mkdir"), mode), finish=_finish_none,
+                filename=path)
+
+
+async def link(src: Path, dst: Path, *, src_dir_fd: int | None = None,
+               dst_dir_fd: int | None = None, follow_symlinks: bool = True) -> None:
+    """os.link through IORING_OP_LINKAT."""
+    flags = 0x400 if follow_symlinks else 0  # AT_SYMLINK_FOLLOW, as os.link passes it
+    args = (_dir_fd(src_dir_fd), _encode(src, "link", "src"), _dir_fd(dst_dir_fd),
+            _encode(dst, "link", "dst"), flags)
+    fallback = functools.partial(os.link, src, dst, src_dir_fd=src_dir_fd,
+                                 dst_dir_fd=dst_dir_fd, follow_symlinks=follow_symlinks)
+    await _call(lib.IORING_OP_LINKAT, fallback, lib.aior_prep_linkat, args,
+                finish=_finish_none, filename=src, filename2=dst)
+
+
+async def symlink(src: Path, dst: Path, target_is_directory: bool = False, *,
+                  dir_fd: int | None = None) -> None:
+    """os.symlink through IORING_OP_SYMLINKAT (target_is_directory matters on Windows only)."""
+    args = (_encode(src, "symlink", "src"), _dir_fd(dir_fd), _encode(dst, "symlink", "dst"))
+    fallback = functools.partial(os.symlink, src, dst, target_is_directory, dir_fd=dir_fd)
+    await _call(lib.IORING_OP_SYMLINKAT, fallback, lib.aior_prep_symlinkat, args,
+                finish=_finish_none, filename=src, filename2=dst)
+
+
+async def fallocate(fd: int, mode: int, offset: int, length: int) -> None:
+    """Linux fallocate(2) through IORING_OP_FALLOCATE (os.posix_fallocate is mode 0)."""
+    fd = check_fd(fd)
+    if offset < 0 or length <= 0:
+        raise ValueError("fallocate: offset must be non-negative and length positive")
+
+    def fallback() -> None:
+        if mode:
+            raise OSError(95, os.strerror(95))  # EOPNOTSUPP: os has only posix_fallocate
+        os.posix_fallocate(fd, offset, length)
+
+    await _call(lib.IORING_OP_FALLOCATE, fallback, lib.aior_prep_fallocate,
+                (fd, mode, offset, length), finish=_finish_none)

@@ -1,0 +1,144 @@
+"""Path and file operations on the ring, compared with the os functions they mirror."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+from aioring import _pathops as ring_os
+from aioring import statistics
+
+
+def _os_error(fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except OSError as exc:
+        return exc
+    raise AssertionError(f"{fn.__name__} did not fail")
+
+
+async def _same_error(coro, expected):
+    with pytest.raises(OSError) as info:
+        await coro
+    got = info.value
+    assert type(got) is type(expected)
+    assert (got.errno, got.strerror, got.filename, got.filename2) == (
+        expected.errno, expected.strerror, expected.filename, expected.filename2)
+    assert str(got) == str(expected)
+
+
+def _stat_fields(st):
+    names = ("st_mode", "st_ino", "st_dev", "st_nlink", "st_uid", "st_gid", "st_size",
+             "st_mtime_ns", "st_ctime_ns", "st_blksize", "st_blocks", "st_rdev", "st_mtime")
+    return tuple(getattr(st, n) for n in names) + tuple(st)[:10]
+
+
+async def test_open_write_stat_close(disk_dir):
+    path = os.path.join(disk_dir, "f")
+    fd = await ring_os.open(path, os.O_RDWR | os.O_CREAT, 0o640)
+    assert not os.get_inheritable(fd)  # as os.open
+    os.write(fd, b"x" * 5000)
+    for target in (path, pathlib.Path(path), os.fsencode(path), fd):
+        assert _stat_fields(await ring_os.stat(target)) == _stat_fields(os.stat(target))
+    await ring_os.close(fd)
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+async def test_stat_and_lstat_of_a_symlink(disk_dir):
+    target = os.path.join(disk_dir, "target")
+    os.mkdir(target)
+    link = os.path.join(disk_dir, "link")
+    os.symlink(target, link)
+    assert _stat_fields(await ring_os.stat(link)) == _stat_fields(os.stat(link))
+    assert _stat_fields(await ring_os.lstat(link)) == _stat_fields(os.lstat(link))
+    dfd = os.open(disk_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert _stat_fields(await ring_os.stat("link", dir_fd=dfd)) == _stat_fields(os.stat(link))
+    finally:
+        os.close(dfd)
+
+
+async def test_directory_and_link_operations(disk_dir):
+    d = os.path.join(disk_dir, "d")
+    await ring_os.mkdir(d, 0o750)
+    assert os.path.isdir(d)
+    assert os.stat(d).st_mode & 0o777 == 0o750 & ~_umask()
+    a = os.path.join(d, "a")
+    with open(a, "wb") as f:
+        f.write(b"data")
+    b = os.path.join(d, "b")
+    await ring_os.link(a, b)
+    assert os.stat(a).st_nlink == 2
+    s = os.path.join(d, "s")
+    await ring_os.symlink("a", s)
+    assert os.readlink(s) == "a"
+    c = os.path.join(d, "c")
+    await ring_os.rename(b, c)
+    assert os.path.exists(c) and not os.path.exists(b)
+    e = os.path.join(d, "e")
+    with open(e, "wb") as f:
+        f.write(b"new")
+    await ring_os.replace(e, a)
+    with open(a, "rb") as f:
+        assert f.read() == b"new"
+    assert os.stat(c).st_nlink == 1
+    for name in (a, c, s):
+        await ring_os.unlink(name)
+    await ring_os.rmdir(d)
+    assert not os.path.exists(d)
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+async def test_errors_are_os_errors_with_filenames(disk_dir):
+    missing = os.path.join(disk_dir, "missing")
+    here = os.path.join(disk_dir, "here")
+    os.mkdir(here)
+    cases = [
+        (ring_os.open(missing, os.O_RDONLY), _os_error(os.open, missing, os.O_RDONLY)),
+        (ring_os.stat(missing), _os_error(os.stat, missing)),
+        (ring_os.stat(os.fsencode(missing)), _os_error(os.stat, os.fsencode(missing))),
+        (ring_os.unlink(missing), _os_error(os.unlink, missing)),
+        (ring_os.unlink(here), _os_error(os.unlink, here)),
+        (ring_os.rmdir(missing), _os_error(os.rmdir, missing)),
+        (ring_os.mkdir(here), _os_error(os.mkdir, here)),
+        (ring_os.rename(missing, here), _os_error(os.rename, missing, here)),
+        (ring_os.link(missing, here), _os_error(os.link, missing, here)),
+        (ring_os.symlink("x", here), _os_error(os.symlink, "x", here)),
+        (ring_os.close(10_000), _os_error(os.close, 10_000)),
+    ]
+    for coro, expected in cases:
+        await _same_error(coro, expected)
+
+
+@pytest.mark.parametrize("call,exc", [
+    (lambda: ring_os.stat(1.5), TypeError),
+    (lambda: ring_os.open(None, os.O_RDONLY), TypeError),
+    (lambda: ring_os.unlink("a\0b"), ValueError),
+    (lambda: ring_os.rename("a", b"b\0"), ValueError),
+    (lambda: ring_os.mkdir(["x"]), TypeError),
+])
+async def test_bad_arguments_raise_before_submitting(call, exc):
+    await ring_os.stat(".")
+    before = statistics()["submit_calls"], statistics()["completions"]
+    with pytest.raises(exc):
+        await call()
+    assert (statistics()["submit_calls"], statistics()["completions"]) == before
+
+
+async def test_fallocate(disk_dir):
+    fd = os.open(os.path.join(disk_dir, "pre"), os.O_RDWR | os.O_CREAT)
+    try:
+        await ring_os.fallocate(fd, 0, 0, 1 << 20)
+        assert os.fstat(fd).st_size == 1 << 20
+        with pytest.raises(ValueError):
+            await ring_os.fallocate(fd, 0, -1, 10)
+    finally:
+        os.close(fd)
