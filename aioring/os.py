@@ -1,0 +1,119 @@
+"""aioring.os: every name of aiofiles.os, with the I/O on io_uring where it can be.
+
+stat, lstat, rename, replace, remove, unlink, mkdir, rmdir, link, symlink and
+fsync go through their io_uring opcodes; what io_uring cannot do (listdir,
+scandir, readlink, access, getcwd, statvfs, the recursive makedirs, renames,
+removedirs) runs in the loop's executor, as aiofiles does.  Every function
+takes the os function's arguments plus keyword-only `loop` and `executor`
+(used by the executor-backed ones) and returns and raises what os does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os as _os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from . import _ops, _pathops
+from . import ospath as path
+from .base import wrap
+
+__all__ = ["access", "chmod", "fsync", "getcwd", "link", "listdir", "lstat", "makedirs", "mkdir",
+           "path", "readlink", "remove", "removedirs", "rename", "renames", "replace", "rmdir",
+           "scandir", "sendfile", "stat", "statvfs", "symlink", "unlink", "walk", "wrap"]
+
+
+def _on_ring(os_func: Callable[..., Any],
+             ring_func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """os_func's name, docs and arguments; the work done by ring_func."""
+
+    @functools.wraps(os_func)
+    async def run(*args: Any, loop: asyncio.AbstractEventLoop | None = None,
+                  executor: Any = None, **kwargs: Any) -> Any:
+        return await ring_func(*args, **kwargs)
+
+    return run
+
+
+stat = _on_ring(_os.stat, _pathops.stat)
+lstat = _on_ring(_os.lstat, _pathops.lstat)
+rename = _on_ring(_os.rename, _pathops.rename)
+replace = _on_ring(_os.replace, _pathops.replace)
+remove = _on_ring(_os.remove, _pathops.unlink)
+unlink = _on_ring(_os.unlink, _pathops.unlink)
+mkdir = _on_ring(_os.mkdir, _pathops.mkdir)
+rmdir = _on_ring(_os.rmdir, _pathops.rmdir)
+link = _on_ring(_os.link, _pathops.link)
+symlink = _on_ring(_os.symlink, _pathops.symlink)
+
+
+async def fsync(fd: int, *, loop: asyncio.AbstractEventLoop | None = None,
+                executor: Any = None) -> None:
+    """os.fsync through IORING_OP_FSYNC."""
+    await _ops.fsync(fd)
+
+
+renames = wrap(_os.renames)
+makedirs = wrap(_os.makedirs)
+removedirs = wrap(_os.removedirs)
+readlink = wrap(_os.readlink)
+listdir = wrap(_os.listdir)
+scandir = wrap(_os.scandir)
+access = wrap(_os.access)
+getcwd = wrap(_os.getcwd)
+sendfile = wrap(_os.sendfile)
+statvfs = wrap(_os.statvfs)
+chmod = wrap(_os.chmod)
+
+
+async def walk(top: Any, topdown: bool = True,
+               onerror: Callable[[OSError], Any] | None = None,
+               followlinks: bool = False, *, executor: Any = None) -> AsyncIterator[
+                   tuple[Any, list[Any], list[Any]]]:
+    """os.walk as an async generator: each directory is listed in the executor.
+
+    Yields (dirpath, dirnames, filenames) in os.walk's order; with topdown,
+    editing dirnames in place prunes the walk, as with os.walk.
+    """
+    loop = asyncio.get_running_loop()
+    top = _os.fspath(top)
+    stack: list[Any] = [top]
+    while stack:
+        entry = stack.pop()
+        if isinstance(entry, tuple):  # bottom-up: the directory's own turn, after its children
+            yield entry
+            continue
+        try:
+            dirs, files, links = await loop.run_in_executor(executor, _list_dir, entry)
+        except OSError as exc:
+            if onerror is not None:
+                onerror(exc)
+            continue
+        if topdown:
+            yield entry, dirs, files  # the caller may prune dirs in place meanwhile
+        else:
+            stack.append((entry, dirs, files))
+        stack.extend(reversed([_os.path.join(entry, d) for d in dirs
+                               if followlinks or not links.get(d, False)]))
+
+
+def _list_dir(top: Any) -> tuple[list[Any], list[Any], dict[Any, bool]]:
+    """One directory, as os.walk sees it: names of dirs and files, and which dirs are links."""
+    dirs, files, links = [], [], {}
+    with _os.scandir(top) as it:
+        for entry in it:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if is_dir:
+                dirs.append(entry.name)
+                try:
+                    links[entry.name] = entry.is_symlink()
+                except OSError:
+                    links[entry.name] = False
+            else:
+                files.append(entry.name)
+    return dirs, files, links

@@ -1,0 +1,114 @@
+"""aioring.os and aioring.ospath against aiofiles.os's names and os's results."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import aiofiles.os
+import aiofiles.ospath
+import pytest
+
+import aioring.os
+import aioring.ospath
+
+
+def test_every_aiofiles_os_name_exists():
+    assert set(aiofiles.os.__all__) <= set(aioring.os.__all__)
+    assert set(aiofiles.ospath.__all__) <= set(aioring.ospath.__all__)
+    for name in aioring.os.__all__:
+        assert hasattr(aioring.os, name), name
+    assert aioring.os.path is aioring.ospath
+    assert aioring.os.stat.__name__ == "stat" and aioring.os.listdir.__name__ == "listdir"
+
+
+async def test_results_equal_os(disk_dir):
+    f = os.path.join(disk_dir, "f")
+    with open(f, "wb") as fh:
+        fh.write(b"12345")
+    os.symlink("f", os.path.join(disk_dir, "l"))
+    assert (await aioring.os.stat(f)).st_size == os.stat(f).st_size == 5
+    assert (await aioring.os.lstat(os.path.join(disk_dir, "l"))).st_ino == os.lstat(
+        os.path.join(disk_dir, "l")).st_ino
+    assert sorted(await aioring.os.listdir(disk_dir)) == sorted(os.listdir(disk_dir))
+    assert await aioring.os.readlink(os.path.join(disk_dir, "l")) == "f"
+    assert await aioring.os.access(f, os.R_OK) is True
+    assert await aioring.os.getcwd() == os.getcwd()
+    assert (await aioring.os.statvfs(disk_dir)).f_bsize == os.statvfs(disk_dir).f_bsize
+    with await aioring.os.scandir(disk_dir) as it:
+        assert sorted(e.name for e in it) == sorted(os.listdir(disk_dir))
+    assert await aioring.ospath.getsize(f) == 5
+    assert await aioring.ospath.exists(os.path.join(disk_dir, "nope")) is False
+    assert await aioring.ospath.isfile(f) and await aioring.ospath.islink(os.path.join(disk_dir, "l"))
+    await aioring.os.makedirs(os.path.join(disk_dir, "a", "b"), exist_ok=True)
+    await aioring.os.renames(os.path.join(disk_dir, "a", "b"), os.path.join(disk_dir, "c", "d"))
+    assert os.path.isdir(os.path.join(disk_dir, "c", "d"))
+    await aioring.os.removedirs(os.path.join(disk_dir, "c", "d"))
+    assert not os.path.exists(os.path.join(disk_dir, "c"))
+    await aioring.os.chmod(f, 0o600)
+    assert os.stat(f).st_mode & 0o777 == 0o600
+    fd = os.open(f, os.O_RDWR)
+    await aioring.os.fsync(fd)
+    os.close(fd)
+    await aioring.os.remove(f)
+    assert not os.path.exists(f)
+
+
+async def test_loop_and_executor_keywords_are_accepted(disk_dir):
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(1) as pool:
+        assert await aioring.os.listdir(disk_dir, loop=loop, executor=pool) == []
+        assert (await aioring.os.stat(disk_dir, loop=loop, executor=pool)).st_ino == os.stat(
+            disk_dir).st_ino
+
+
+async def test_errors_equal_os(disk_dir):
+    missing = os.path.join(disk_dir, "missing")
+    for ours, theirs in ((aioring.os.listdir, os.listdir), (aioring.os.stat, os.stat),
+                         (aioring.os.remove, os.remove), (aioring.os.readlink, os.readlink)):
+        with pytest.raises(FileNotFoundError) as got:
+            await ours(missing)
+        with pytest.raises(FileNotFoundError) as expected:
+            theirs(missing)
+        assert str(got.value) == str(expected.value)
+
+
+def _tree(root):
+    for path in ("a/b/c", "a/d", "e", "f/g/h/i"):
+        os.makedirs(os.path.join(root, path))
+    for path in ("x", "a/y", "a/b/z", "f/g/w"):
+        with open(os.path.join(root, path), "w") as fh:
+            fh.write(path)
+    os.symlink(os.path.join(root, "a"), os.path.join(root, "link_to_a"))
+
+
+@pytest.mark.parametrize("topdown", [True, False])
+@pytest.mark.parametrize("followlinks", [False, True])
+async def test_walk_equals_os_walk(disk_dir, topdown, followlinks):
+    _tree(disk_dir)
+
+    def norm(rows):
+        return [(p, sorted(d), sorted(f)) for p, d, f in rows]
+
+    ours = [row async for row in aioring.os.walk(disk_dir, topdown=topdown, followlinks=followlinks)]
+    theirs = list(os.walk(disk_dir, topdown=topdown, followlinks=followlinks))
+    assert sorted(norm(ours)) == sorted(norm(theirs))
+    if not topdown:  # every directory comes after everything below it
+        seen = [p for p, _, _ in ours]
+        for i, p in enumerate(seen):
+            assert all(not q.startswith(p + os.sep) for q in seen[i + 1:])
+
+
+async def test_walk_prunes_and_reports_errors(disk_dir):
+    _tree(disk_dir)
+    visited = []
+    async for path, dirs, _ in aioring.os.walk(disk_dir):
+        visited.append(os.path.relpath(path, disk_dir))
+        if "a" in dirs:
+            dirs.remove("a")
+    assert not any(p.startswith("a") for p in visited)
+    errors = []
+    assert [row async for row in aioring.os.walk(os.path.join(disk_dir, "nope"),
+                                                 onerror=errors.append)] == []
+    assert isinstance(errors[0], FileNotFoundError)
