@@ -19,10 +19,10 @@ from typing import Any
 from collections.abc import Callable
 
 from ._liburing import ffi, lib
-from ._ops import check_fd, result
+from ._ops import check_fd, check_size, result
 from ._ring import Op, get_ring, os_error
 
-__all__ = ["close", "fallocate", "link", "lstat", "mkdir", "open", "rename", "replace", "rmdir",
+__all__ = ["close", "fallocate", "ftruncate", "link", "lstat", "mkdir", "open", "rename", "replace", "rmdir",
            "stat", "symlink", "unlink"]
 
 Path = str | bytes | os.PathLike[str] | os.PathLike[bytes]
@@ -201,3 +201,12 @@ async def fallocate(fd: int, mode: int, offset: int, length: int) -> None:
 
     await _call(lib.IORING_OP_FALLOCATE, fallback, lib.aior_prep_fallocate,
                 (fd, mode, offset, length), finish=_finish_none)
+
+
+async def ftruncate(fd: int, length: int) -> None:
+    """os.ftruncate through IORING_OP_FTRUNCATE (Linux 6.9; the executor before)."""
+    fd = check_fd(fd)
+    length = check_size(length)
+    await _call(lib.AIOR_OP_FTRUNCATE, functools.partial(os.ftruncate, fd, length),
+                lib.aior_prep_rw, (lib.AIOR_OP_FTRUNCATE, fd, ffi.NULL, 0, length, 0),
+                finish=_finish_none)

@@ -20,7 +20,7 @@ from . import _ops, _pathops
 from . import ospath as path
 from .base import wrap
 
-__all__ = ["access", "chmod", "fsync", "getcwd", "link", "listdir", "lstat", "makedirs", "mkdir",
+__all__ = ["access", "chmod", "fsync", "ftruncate", "getcwd", "link", "listdir", "lstat", "makedirs", "mkdir",
            "path", "readlink", "remove", "removedirs", "rename", "renames", "replace", "rmdir",
            "scandir", "sendfile", "stat", "statvfs", "symlink", "unlink", "walk", "wrap"]
 
@@ -47,6 +47,7 @@ mkdir = _on_ring(_os.mkdir, _pathops.mkdir)
 rmdir = _on_ring(_os.rmdir, _pathops.rmdir)
 link = _on_ring(_os.link, _pathops.link)
 symlink = _on_ring(_os.symlink, _pathops.symlink)
+ftruncate = _on_ring(_os.ftruncate, _pathops.ftruncate)
 
 
 async def fsync(fd: int, *, loop: asyncio.AbstractEventLoop | None = None,

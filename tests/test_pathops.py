@@ -142,3 +142,18 @@ async def test_fallocate(disk_dir):
             await ring_os.fallocate(fd, 0, -1, 10)
     finally:
         os.close(fd)
+
+
+async def test_ftruncate(disk_dir):
+    fd = os.open(os.path.join(disk_dir, "t"), os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(fd, b"x" * 1000)
+        await ring_os.ftruncate(fd, 10)
+        assert os.fstat(fd).st_size == 10
+        await ring_os.ftruncate(fd, 5000)
+        assert os.pread(fd, 6000, 0) == b"x" * 10 + b"\0" * 4990
+        with pytest.raises(ValueError):
+            await ring_os.ftruncate(fd, -1)
+    finally:
+        os.close(fd)
+    await _same_error(ring_os.ftruncate(fd, 1), _os_error(os.ftruncate, fd, 1))
