@@ -344,6 +344,7 @@ class Ring:
     def _flush(self) -> None:
         self._flush_handle = None
         self._eager_task = None
+        self._eager_left = 0
         if self._closed:
             return
         self._release_waiting()
