@@ -6,10 +6,25 @@ PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SOURCES := pyproject.toml setup.py _build_cffi.py
 
-.PHONY: test lint bench system-deps clean
+.PHONY: test test-all lint bench system-deps clean
 
 test: lint
 	$(PY) -m pytest
+
+# The suite on every supported CPython that pyenv (or PATH) has: 3.10 to 3.13.
+test-all: system-deps
+	@set -e; ran=""; \
+	for v in 3.10 3.11 3.12 3.13; do \
+	  py=$$(ls -d "$$(pyenv root 2>/dev/null)"/versions/$$v.*/bin/python 2>/dev/null | tail -n 1); \
+	  [ -n "$$py" ] || py=$$(command -v python$$v || true); \
+	  if [ -z "$$py" ]; then echo "test-all: no Python $$v here, skipped"; continue; fi; \
+	  [ -x .venv-$$v/bin/python ] || $$py -m venv .venv-$$v; \
+	  .venv-$$v/bin/python -m pip install -q -e '.[test]'; \
+	  echo "== Python $$v ($$py)"; \
+	  .venv-$$v/bin/python -m pytest -q; \
+	  ran="$$ran $$v"; \
+	done; \
+	echo "test-all: passed on$$ran"
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check aioring tests benchmarks _build_cffi.py
@@ -47,4 +62,4 @@ $(VENV)/.installed-bench: $(SOURCES) | $(VENV)/bin/python system-deps
 	touch $@
 
 clean:
-	rm -rf $(VENV) build *.egg-info aioring/*.so aioring/_liburing.c tests/.scratch benchmarks/.data
+	rm -rf $(VENV) .venv-3.* build *.egg-info aioring/*.so aioring/_liburing.c tests/.scratch benchmarks/.data
