@@ -291,18 +291,29 @@ class Ring:
             self._flush_handle = loop.call_soon(self._flush)
             self._eager_task = _current_task()
             self._eager_left = EAGER_RUN if self._solo else 0
-            self._submit()
+            self._submit_eagerly(loop, op)
             if op.state == _DONE:
                 return op
         elif self._eager_left and _current_task() is self._eager_task:
             # The task whose operation completed at once goes on without
             # yielding: let it submit at once a few more times.
             self._eager_left -= 1
-            self._submit()
+            self._submit_eagerly(loop, op)
             if op.state == _DONE:
                 return op
         op.future = loop.create_future()
         return op
+
+    def _submit_eagerly(self, loop: asyncio.AbstractEventLoop, op: Op) -> None:
+        try:
+            self._submit()
+        except BaseException:
+            if op.state != _DONE:
+                # Its caller sees the exception; a CQE that still comes finds a
+                # done future and is dropped, and the op keeps its buffer till then.
+                op.future = loop.create_future()
+                op.future.cancel()
+            raise
 
     def _schedule_flush(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         if self._flush_handle is None and not self._closed:
