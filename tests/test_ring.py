@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import random
 import threading
@@ -23,12 +24,6 @@ def data_file(disk_dir):
     fd = os.open(path, os.O_RDONLY)
     yield fd, content
     os.close(fd)
-
-
-def _pipes(n):
-    pairs = [os.pipe() for _ in range(n)]
-    yield_pairs = list(pairs)
-    return yield_pairs
 
 
 @pytest.fixture
@@ -167,8 +162,6 @@ def test_closing_the_loop_with_reads_in_flight(new_loop, pipe, loop_errors):
     assert os.read(r, 100) == b"after close"  # the cancelled reads consumed nothing
     assert all(b == bytearray(10) for b in bufs)
     del tasks
-    import gc
-
     gc.collect()
     # asyncio reports the tasks the test abandoned on a closed loop, nothing else
     assert all("destroyed but it is pending" in ctx["message"] for ctx in loop_errors)
