@@ -332,8 +332,7 @@ class Ring:
         """Prepare the SQE of a waiting op (first try, or again after a poll).
 
         False when the kernel takes no SQE now; the op stays waiting."""
-        key = self._next_key
-        self._next_key = key + 1
+        key = self._new_key()
         if self._prep_sqe(op, key) == _EBUSY and not self._prep_after_submit(op, key):
             return False
         op.key = key
@@ -389,8 +388,6 @@ class Ring:
         if n < 0:
             raise os_error(n)
         self._harvested(n)
-        if self._waiting:
-            self._schedule_flush()
 
     def _harvested(self, n: int) -> None:
         while n:
@@ -399,8 +396,8 @@ class Ring:
                 break
             n = lib.aior_reap(self._ring, -1, self._ud, self._res, self._flags, self._cap)
         if self._waiting:
-            # Completions harvested while notification was off freed room that
-            # no wakeup will report: the waiting ops need a flush of their own.
+            # The completions freed room (and a poll may have requeued an op):
+            # the waiting ops go out with the next flush.
             self._schedule_flush()
 
     def _release_waiting(self) -> None:
@@ -470,8 +467,7 @@ class Ring:
         else:
             op.polling = True
         op.state = _WAITING
-        self._waiting.appendleft(op)
-        self._schedule_flush()
+        self._waiting.appendleft(op)  # _harvested schedules the flush that retries it
         return True
 
     # ----------------------------------------------------------- cancelling
