@@ -10,6 +10,7 @@ SOURCES := pyproject.toml setup.py _build_cffi.py
 
 test: lint
 	$(PY) -m pytest
+	$(PY) tests/aiofiles_suite.py
 
 # The suite on every supported CPython that pyenv (or PATH) has: 3.10 to 3.13.
 test-all: system-deps
@@ -62,4 +63,4 @@ $(VENV)/.installed-bench: $(SOURCES) | $(VENV)/bin/python system-deps
 	touch $@
 
 clean:
-	rm -rf $(VENV) .venv-3.* build *.egg-info aioring/*.so aioring/_liburing.c tests/.scratch benchmarks/.data
+	rm -rf $(VENV) .venv-3.* .cache build *.egg-info aioring/*.so aioring/_liburing.c tests/.scratch benchmarks/.data

@@ -1,14 +1,23 @@
-"""aiofiles.base counterparts: the executor wrapper for what io_uring cannot do."""
+"""aiofiles.base counterparts: the async file base classes, the context manager
+that `open` returns, and the executor wrapper for what io_uring cannot do."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from concurrent.futures import Executor
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Any, Generic, TypeVar
 
-__all__ = ["wrap"]
+from ._file import RingFileIO, ring_raw
+
+__all__ = ["AiofilesContextManager", "AsyncBase", "AsyncIndirectBase", "wrap"]
+
+_T = TypeVar("_T")
+_INF = 1 << 62
+
 
 def wrap(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
     """Make a blocking function awaitable: it runs in `executor` (default: the
@@ -23,3 +32,173 @@ def wrap(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
         return await loop.run_in_executor(executor, functools.partial(func, *args, **kwargs))
 
     return run
+
+
+# A prefetch plan: ("range", start, end) or ("line", start, terminator, slack, cap).
+Plan = tuple[Any, ...] | None
+
+
+class AsyncBase:
+    """An async file: each method awaits what its stdlib counterpart does.
+
+    For a file aioring opened (its raw layer is a RingFileIO) the data moves
+    through the ring (see aioring._file); for any other object (io.BytesIO, a
+    FIFO, sys.stdout, a file opened by builtin open and passed to
+    threadpool.wrap) each call runs in `executor` as aiofiles runs it.
+    """
+
+    def __init__(self, file: Any, loop: asyncio.AbstractEventLoop | None,
+                 executor: Executor | None) -> None:
+        self._file = file
+        self._executor = executor
+        self._ref_loop = loop
+        self._raw: RingFileIO | None = ring_raw(file)
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        return self._ref_loop or asyncio.get_running_loop()
+
+    def __aiter__(self) -> AsyncBase:
+        """The file is its own async iterator: lines from the current position."""
+        return self
+
+    async def __anext__(self) -> Any:
+        line = await self.readline()
+        if line:
+            return line
+        raise StopAsyncIteration
+
+    def __repr__(self) -> str:
+        return super().__repr__() + " wrapping " + repr(self._file)
+
+    async def readline(self, size: Any = -1) -> Any:  # overridden by every file class
+        raise NotImplementedError
+
+    async def _exit(self, *exc_info: Any) -> None:
+        """The file's __exit__, for AiofilesContextManager.__aexit__: through
+        the ring to its end even if the task is cancelled meanwhile; for other
+        objects in the loop's default executor, as aiofiles."""
+        if self._raw is None:
+            await asyncio.get_running_loop().run_in_executor(None, self._file.__exit__, *exc_info)
+            return
+        task = asyncio.ensure_future(self._call("__exit__", None, *exc_info))
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_retrieve)
+            raise
+
+    # -- the two ways a call runs -------------------------------------------
+    async def _executor_call(self, name: str, *args: Any) -> Any:
+        func = functools.partial(getattr(self._file, name), *args)
+        return await self._loop.run_in_executor(self._executor, func)
+
+    async def _call(self, name: str | Callable[..., Any], plan: Plan, *args: Any,
+                    size_fresh: bool = False) -> Any:
+        """Run the stdlib method `name` of the file (or a function of it) with
+        its data on the ring: prefetch what `plan` says it reads, run it,
+        drain what it wrote."""
+        raw = self._raw
+        if raw is None:
+            assert isinstance(name, str)
+            return await self._executor_call(name, *args)
+        file = self._file
+        if raw._busy:
+            await raw.acquire()
+        else:
+            raw._busy = True
+        try:
+            if raw._queue:
+                await raw.drain()
+            raw._weof = False
+            if size_fresh or raw._append:
+                if not raw.closed:
+                    raw.refresh_size()
+            if plan is not None:
+                if plan[0] == "range":
+                    start, end = plan[1], plan[2]
+                    ws = raw._wstart
+                    if not (ws <= start and end <= ws + len(raw._wbuf)):
+                        await raw.fill(start, end)
+                else:
+                    await raw.fill_line(plan[1], plan[2], plan[3], plan[4])
+            raw._defer = True
+            try:
+                result = (getattr(file, name) if isinstance(name, str) else name)(*args)
+            finally:
+                raw._defer = False
+                if raw._queue:
+                    await raw.drain()
+        finally:
+            raw.release()
+        return result
+
+    async def _lines(self, hint: Any) -> list[Any]:
+        """readlines(hint) as IOBase.readlines: lines until their total size
+        reaches hint."""
+        hint = -1 if hint is None else hint.__index__()
+        lines: list[Any] = []
+        total = 0
+        while True:
+            line = await self.readline()
+            if not line:
+                return lines
+            lines.append(line)
+            total += len(line)
+            if 0 < hint <= total:
+                return lines
+
+
+class AsyncIndirectBase(AsyncBase):
+    """An async file whose underlying object is looked up at every call
+    (`indirect()`), as aiofiles' stdin/stdout/stderr are: pytest's capture and
+    other code replace sys.stdout at any time."""
+
+    def __init__(self, name: str, loop: asyncio.AbstractEventLoop | None, executor: Executor | None,
+                 indirect: Callable[[], Any]) -> None:
+        self._indirect = indirect
+        self._name = name
+        super().__init__(None, loop, executor)
+        self._raw = None
+
+    @property
+    def _file(self) -> Any:
+        return self._indirect()
+
+    @_file.setter
+    def _file(self, value: Any) -> None:
+        pass  # the object is always the indirect one
+
+
+class AiofilesContextManager(Awaitable[_T], AbstractAsyncContextManager[_T], Generic[_T]):
+    """What `open` returns: await it for the file, or use `async with` (which
+    closes the file on the way out, also when the block was cancelled or
+    raised; errors of the close propagate).  Awaiting it again gives the same
+    file object."""
+
+    __slots__ = ("_coro", "_obj")
+
+    def __init__(self, coro: Coroutine[Any, Any, _T]) -> None:
+        self._coro = coro
+        self._obj: Any = None
+
+    def __await__(self) -> Generator[Any, None, _T]:
+        if self._obj is None:
+            self._obj = yield from self._coro.__await__()
+        return self._obj
+
+    async def __aenter__(self) -> _T:
+        return await self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
+                        exc_tb: TracebackType | None) -> None:
+        try:
+            await self._obj._exit(exc_type, exc_val, exc_tb)
+        finally:
+            self._obj = None
+
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,632 @@
+"""L4: file objects whose data moves through the ring.
+
+The semantics of Python's file objects (buffering, text decoding and
+encoding, newline translation, tell cookies, append and update modes, every
+error message) live in the stdlib's io stack, and the surest way to be
+identical to it is to use it.  `open_stack` builds exactly the stack builtin
+`open` builds (TextIOWrapper over BufferedReader/Writer/Random over a raw
+file), with one difference: the raw file is a `RingFileIO`, a FileIO that
+tracks its own position and never blocks inside the event loop.
+
+The async wrappers (threadpool.binary/text) drive it in three steps per call:
+
+1. prefetch: before the stdlib method runs, the wrapper predicts which bytes
+   the call can read (a read(n) needs n bytes past what is buffered, a
+   readline up to the next encoded newline, read() up to end of file, ...)
+   plus the one extra raw read the stdlib may make to fill its buffer, and
+   `fill` reads them through the ring into the raw file's *window*;
+2. the stdlib method runs synchronously; the raw file serves its reads from
+   the window and queues its writes, truncates and close (`_defer`);
+3. `drain` performs the queue through the ring, in order.
+
+Reads always see the file's latest contents: queued writes are copied into
+the window as they are queued, and a read beyond the window drains the queue
+first.  If a prediction falls short, the raw file reads synchronously
+(counted in `SYNC_READS`) rather than ever returning short data that the
+stdlib would take for end of file.  Outside a wrapper's call (a detached
+buffer, a finalizer) RingFileIO behaves as a plain FileIO with real syscalls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import collections
+import errno
+import io
+import os
+import stat
+import tempfile
+import warnings
+from typing import Any
+
+from . import _ops, _pathops
+from ._liburing import ffi, lib
+from ._ring import get_ring
+
+__all__ = ["RingFileIO", "open_stack", "ring_raw"]
+
+SYNC_READS = [0]  # reads the prefetch did not foresee; tests assert it stays 0
+
+_INF = 1 << 62
+_MIN_FILL = 128 * 1024  # a sequential fill reads at least this much ahead
+_MAX_WINDOW = 8 * 1024 * 1024  # writes never grow the window past this
+_DIRECT_READ = 64 * 1024  # binary reads this large skip the window
+_WRITE, _TRUNCATE, _CLOSE = 0, 1, 2
+_READ_OP = lib.IORING_OP_READ
+_PREP_RW = lib.aior_prep_rw
+
+
+class RingFileIO(io.FileIO):
+    """A FileIO over an fd that aioring opened; see the module docstring.
+
+    It is a real io.FileIO (mode, name, fileno, isatty, readable, writable
+    and the error messages are FileIO's own), created with closefd=False so
+    that FileIO never closes the fd behind the ring's back; `closefd`
+    reports what the caller asked for.
+    """
+
+    def __init__(self, fd: int, rawmode: str, name: Any, closefd: bool, size: int) -> None:
+        super().__init__(fd, rawmode, closefd=False)
+        self.name = name
+        self._fd = fd
+        self._owns_fd = closefd
+        self._append = "a" in rawmode
+        self._size = size
+        self._pos = size if self._append else 0
+        self._wbuf = bytearray()  # the window: bytes [_wstart, _wstart + len) of the file
+        self._wstart = 0
+        self._weof = False  # the window ends at end of file (checked in this call)
+        self._queue: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._defer = False
+        self._busy = False
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.newline: str | None = None  # the text layer's newline argument, for line prefetch
+        self.bufsize = io.DEFAULT_BUFFER_SIZE  # the buffered layer's size, for prefetch slack
+
+    # -- what FileIO reports ----------------------------------------------
+    @property
+    def closefd(self) -> bool:
+        return self._owns_fd
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<_io.FileIO [closed]>"
+        return f"<_io.FileIO name={self.name!r} mode={self.mode!r} closefd={self._owns_fd!r}>"
+
+    def _dealloc_warn(self, source: Any) -> None:
+        if not self.closed and self._owns_fd:
+            warnings.warn(f"unclosed file {source!r}", ResourceWarning, stacklevel=2, source=source)
+
+    def __del__(self) -> None:
+        if self._queue:  # a drain that was cancelled and never resumed
+            self._defer = False
+            try:
+                self._flush_sync()
+            except OSError:
+                pass
+        if not self.closed and self._owns_fd:
+            warnings.warn(f"unclosed file {self!r}", ResourceWarning, stacklevel=2, source=self)
+        super().__del__()
+
+    # -- position ----------------------------------------------------------
+    def tell(self) -> int:
+        io.FileIO.readable(self)  # ValueError when closed
+        return self._pos
+
+    def seek(self, pos: Any, whence: int = 0) -> int:
+        io.FileIO.readable(self)
+        pos = pos.__index__() if not isinstance(pos, int) else pos
+        if whence == os.SEEK_SET:
+            new = pos
+        elif whence == os.SEEK_CUR:
+            new = self._pos + pos
+        elif whence == os.SEEK_END:
+            new = (self._size if self._defer else os.fstat(self._fd).st_size) + pos
+        else:  # SEEK_DATA, SEEK_HOLE: ask the kernel, on the real file
+            self._flush_sync()
+            new = os.lseek(self._fd, pos, whence)
+        if new < 0:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        self._pos = new
+        return new
+
+    # -- reading -----------------------------------------------------------
+    def readinto(self, b: Any) -> int:
+        if not io.FileIO.readable(self):
+            raise io.UnsupportedOperation("File not open for reading")
+        try:
+            view = memoryview(b)
+        except TypeError:
+            raise TypeError("readinto() argument must be read-write bytes-like object, "
+                            f"not {type(b).__name__}") from None
+        with view:
+            if view.readonly:
+                raise TypeError("readinto() argument must be read-write bytes-like object, "
+                                f"not {type(b).__name__}")
+            with view.cast("B") as out:
+                return self._readinto(out)
+
+    def _readinto(self, out: memoryview) -> int:
+        pos = self._pos
+        n = len(out)
+        if self._defer and n:
+            off = pos - self._wstart
+            have = len(self._wbuf) - off
+            if off >= 0 and have > 0:
+                k = n if n < have else have
+                with memoryview(self._wbuf) as w:
+                    out[:k] = w[off:off + k]
+                self._pos = pos + k
+                return k
+            if off >= 0 and have <= 0 and self._weof:
+                return 0
+            SYNC_READS[0] += 1
+        self._flush_sync()
+        k = os.preadv(self._fd, [out], pos)
+        self._pos = pos + k
+        return k
+
+    def read(self, size: Any = -1) -> bytes:
+        if size is None or size < 0:
+            return self.readall()
+        b = bytearray(size.__index__())
+        with memoryview(b) as m:
+            k = self._readinto(m) if io.FileIO.readable(self) else self.readinto(b)
+        del b[k:]
+        return bytes(b)
+
+    def readall(self) -> bytes:
+        if not io.FileIO.readable(self):
+            raise io.UnsupportedOperation("File not open for reading")
+        chunks = []
+        while True:
+            off = self._pos - self._wstart
+            if self._defer and 0 <= off < len(self._wbuf) and self._weof:
+                chunk = bytes(memoryview(self._wbuf)[off:])
+                self._pos += len(chunk)
+                chunks.append(chunk)
+                break
+            chunk = self.read(max(io.DEFAULT_BUFFER_SIZE, len(self._wbuf) - off if off >= 0 else 0))
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    # -- writing -----------------------------------------------------------
+    def write(self, b: Any) -> int:
+        if not io.FileIO.writable(self):
+            raise io.UnsupportedOperation("File not open for writing")
+        if isinstance(b, str):
+            raise TypeError("a bytes-like object is required, not 'str'")
+        try:
+            data = bytes(memoryview(b))
+        except TypeError:
+            raise TypeError(f"a bytes-like object is required, not '{type(b).__name__}'") from None
+        if not self._defer:
+            return self._write_sync(data)
+        off = self._size if self._append else self._pos
+        self._queue.append((_WRITE, -1 if self._append else off, data))
+        self._patch(off, data)
+        self._pos = off + len(data)
+        self._size = max(self._size, self._pos)
+        return len(data)
+
+    def _write_sync(self, data: bytes) -> int:
+        self._flush_sync()
+        if self._append:
+            n = os.write(self._fd, data)
+            self._pos = os.lseek(self._fd, 0, os.SEEK_CUR)
+        else:
+            n = os.pwrite(self._fd, data, self._pos)
+            self._pos += n
+        self._size = max(self._size, self._pos)
+        self._wbuf = bytearray()  # outside the wrapper's calls nothing is cached
+        return n
+
+    def _patch(self, off: int, data: bytes) -> None:
+        """Keep the window equal to the file after a queued write of `data` at `off`."""
+        buf = self._wbuf
+        ws = self._wstart
+        we = ws + len(buf)
+        end = off + len(data)
+        if not buf:
+            if len(data) <= _MAX_WINDOW:  # the written bytes are known: they start a window
+                if not (self._weof and off == ws):
+                    self._weof = False  # where the file ends is not known
+                self._wbuf = bytearray(data)
+                self._wstart = off
+            return
+        if end < ws:
+            return
+        s = max(off, ws)
+        e = min(end, we)
+        if s < e:
+            buf[s - ws:e - ws] = memoryview(data)[s - off:e - off]
+        if end > we:
+            if off <= we and end - ws <= _MAX_WINDOW:
+                buf += memoryview(data)[we - off:]
+            elif off > we and self._weof and end - ws <= _MAX_WINDOW:
+                buf += bytes(off - we)  # a hole reads as zeros
+                buf += data
+            else:
+                self._weof = False  # the window no longer knows where the file ends
+
+    def truncate(self, size: Any = None) -> int:
+        if not io.FileIO.writable(self):
+            raise io.UnsupportedOperation("File not open for writing")
+        size = self._pos if size is None else size.__index__()
+        if size < 0:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        if not self._defer:
+            self._flush_sync()
+            os.ftruncate(self._fd, size)
+            self._size = size
+            self._wbuf = bytearray()
+            return size
+        self._queue.append((_TRUNCATE, size))
+        self._size = size
+        ws = self._wstart
+        we = ws + len(self._wbuf)
+        if size <= ws:
+            self._wbuf = bytearray()
+            self._wstart = size
+            self._weof = True
+        elif size < we:
+            del self._wbuf[size - ws:]
+            self._weof = True
+        elif size > we:
+            if self._weof and size - ws <= _MAX_WINDOW:
+                self._wbuf += bytes(size - we)
+            else:
+                self._weof = False
+        return size
+
+    def flush(self) -> None:
+        io.FileIO.flush(self)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        if self._defer:
+            try:
+                io.FileIO.close(self)  # closefd=False: marks it closed, the fd stays open
+            finally:
+                if self._owns_fd:
+                    self._queue.append((_CLOSE,))
+            return
+        try:
+            self._flush_sync()
+        finally:
+            try:
+                io.FileIO.close(self)
+            finally:
+                if self._owns_fd:
+                    os.close(self._fd)
+
+    def _flush_sync(self) -> None:
+        """Perform what is queued with plain syscalls (a read the prefetch did
+        not foresee, a finalizer, a cancelled drain nobody resumed)."""
+        q = self._queue
+        while q:
+            entry = q[0]
+            if entry[0] == _WRITE:
+                _, off, data = entry
+                view = memoryview(data)
+                while view:
+                    n = os.write(self._fd, view) if off < 0 else os.pwrite(self._fd, view, off)
+                    view = view[n:]
+                    if off >= 0:
+                        off += n
+            elif entry[0] == _TRUNCATE:
+                os.ftruncate(self._fd, entry[1])
+            else:
+                os.close(self._fd)
+            q.popleft()
+
+    # -- the async side: used by the wrappers, under `acquire` ---------------
+    async def acquire(self) -> None:
+        """One wrapper call at a time drives this file (FIFO)."""
+        if not self._busy:
+            self._busy = True
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed the file, but cancelled: pass it on
+            else:
+                self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._busy = False
+
+    def refresh_size(self) -> None:
+        """The size for SEEK_END and append-mode writes, read as the call
+        starts (fstat on an open fd never waits for the disk)."""
+        self._size = os.fstat(self._fd).st_size
+
+    async def fill(self, start: int, end: int) -> None:
+        """Make the window hold the file's bytes [start, end), or all of
+        [start, EOF) with _weof set, reading through the ring."""
+        buf = self._wbuf
+        ws = self._wstart
+        we = ws + len(buf)
+        if ws <= start and end <= we:
+            return
+        if self._queue:
+            await self.drain()
+            buf = self._wbuf
+            ws = self._wstart
+            we = ws + len(buf)
+        keep = we - start if ws <= start <= we else 0
+        want = end - start
+        if end >= _INF:
+            want = max(self._size - start, 0) + io.DEFAULT_BUFFER_SIZE
+        if keep or start == we:  # sequential: read ahead generously
+            want = max(want, _MIN_FILL)
+        new = bytearray(max(want, keep))
+        if keep:
+            new[:keep] = memoryview(buf)[start - ws:]
+        got = keep
+        eof = False
+        loop = asyncio.get_running_loop()
+        ring = get_ring(loop)
+        while True:
+            while got < len(new):
+                n = await _read_at(ring, loop, self._fd, new, got, len(new) - got, start + got)
+                got += n
+                if n == 0:
+                    eof = True
+                    break
+            if eof or end < _INF:
+                break
+            new += bytes(len(new))  # read() to EOF and the file grew: keep going
+        del new[got:]
+        self._wbuf = new
+        self._wstart = start
+        self._weof = eof
+
+    async def fill_line(self, start: int, terminator: bytes | None, slack: int, limit: int) -> None:
+        """Make the window hold everything up to the first `terminator` at or
+        after `start` (at most `limit` bytes), plus `slack` bytes."""
+        if terminator is None:
+            await self.fill(start, start + max(limit, 0) + slack if limit >= 0 else start + _MIN_FILL)
+            return
+        cap = start + limit if limit >= 0 else _INF
+        size = 1024
+        while True:
+            buf = self._wbuf
+            ws = self._wstart
+            off = start - ws
+            if 0 <= off <= len(buf):
+                i = buf.find(terminator, off)
+                if i >= 0:
+                    await self.fill(start, min(i + ws + len(terminator), cap) + slack)
+                    return
+                if self._weof or ws + len(buf) >= cap:
+                    await self.fill(start, min(ws + len(buf), cap) + slack)
+                    if self._weof or ws + len(self._wbuf) >= cap:
+                        return
+                    continue
+                size = max(size, 2 * (len(buf) - off))
+            await self.fill(start, min(start + size, cap + slack) if cap < _INF else start + size)
+
+    async def drain(self) -> None:
+        """Perform the queued writes, truncates and close through the ring, in
+        order.  An entry leaves the queue only once done: if the caller is
+        cancelled, the rest stays queued for the next call, close() or the
+        finalizer, so no written byte is lost."""
+        q = self._queue
+        error: BaseException | None = None
+        while q:
+            entry = q[0]
+            kind = entry[0]
+            try:
+                if kind == _WRITE:
+                    _, off, data = entry
+                    n = await _ops.write(self._fd, data, off)
+                    if n < len(data):
+                        q[0] = (_WRITE, off if off < 0 else off + n, data[n:])
+                        continue
+                elif kind == _TRUNCATE:
+                    await _pathops.ftruncate(self._fd, entry[1])
+                else:
+                    q.popleft()
+                    await _pathops.close(self._fd)
+                    continue
+            except OSError as exc:
+                # As a failed flush: the error is raised, the file stays usable;
+                # a queued close still happens.
+                if error is None:
+                    error = exc
+                closing = any(e[0] == _CLOSE for e in q)
+                q.clear()
+                if closing:
+                    q.append((_CLOSE,))
+                continue
+            q.popleft()
+        if error is not None:
+            raise error
+
+
+async def _read_at(ring: Any, loop: asyncio.AbstractEventLoop, fd: int, buf: bytearray, at: int,
+                   n: int, offset: int) -> int:
+    cbuf = ffi.from_buffer(buf, require_writable=True)
+    try:
+        op = ring.start(loop, _PREP_RW, (_READ_OP, fd, cbuf + at, min(n, _ops.MAX_RW), offset, 0),
+                        None, None, 0)
+        return int(await _ops.result(ring, op))
+    finally:
+        ffi.release(cbuf)
+
+
+async def read_direct(raw: RingFileIO, n: int) -> bytes:
+    """Read up to `n` bytes at the raw position straight into the result, as
+    a buffered read(n) with nothing buffered would (loops until n or EOF)."""
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
+    out = bytearray(n)
+    got = 0
+    while got < n:
+        k = await _read_at(ring, loop, raw._fd, out, got, n - got, raw._pos + got)
+        if k == 0:
+            break
+        got += k
+    del out[got:]
+    return bytes(out)
+
+
+async def readinto_direct(raw: RingFileIO, view: memoryview) -> int:
+    """Fill `view` at the raw position through the ring (loops until full or EOF)."""
+    got = 0
+    n = len(view)
+    while got < n:
+        k = await _ops.readinto(raw._fd, view[got:], raw._pos + got)
+        if k == 0:
+            break
+        got += k
+    return got
+
+
+def ring_raw(file: Any) -> RingFileIO | None:
+    """The RingFileIO under a stdlib file object, or None for any other object."""
+    obj = file
+    if isinstance(obj, tempfile._TemporaryFileWrapper):
+        obj = obj.file
+    for _ in range(3):
+        if isinstance(obj, RingFileIO):
+            return obj
+        try:
+            obj = obj.buffer if isinstance(obj, io.TextIOWrapper) else obj.raw
+        except (AttributeError, ValueError):
+            return None
+    return None
+
+
+def text_encoding(encoding: str | None) -> str:
+    """io.text_encoding: the encoding a text file gets when none is given."""
+    return encoding if encoding is not None else io.text_encoding(None)  # type: ignore[attr-defined]
+
+
+def line_terminator(encoding: str, newline: str | None) -> bytes | None:
+    """The encoded bytes that end a line for a text file, or None if the
+    encoding hides them (the line prefetch then reads ahead blindly)."""
+    text = "\n" if newline in (None, "", "\n") else newline
+    try:
+        encoder = codecs.getincrementalencoder(encoding)()
+        encoder.encode("a")  # past any BOM
+        term = encoder.encode(text[0] if newline in (None, "") else text)
+    except (LookupError, UnicodeError, TypeError):
+        return None
+    return term or None
+
+
+# -- opening ---------------------------------------------------------------
+
+_MODE_FLAGS = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+               "x": os.O_WRONLY | os.O_CREAT | os.O_EXCL, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND}
+
+
+async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: str | None = None,
+                     errors: str | None = None, newline: str | None = None, closefd: bool = True,
+                     opener: Any = None) -> tuple[Any, bool]:
+    """Open like builtin open, with OPENAT and CLOSE on the ring.
+
+    Returns (file object, on_ring): the same stack builtin open returns; for a
+    regular file its raw layer is a RingFileIO (on_ring True); for anything
+    else (a FIFO, a terminal, a device) it is the stdlib's own FileIO, which
+    the wrappers then drive from the executor as aiofiles does.
+    """
+    if not isinstance(file, int):
+        os.fspath(file)  # TypeError as builtin open's
+    # Let builtin open check every argument (same exceptions, same messages):
+    # on fd -1 it gets as far as creating the FileIO and stops there.
+    try:
+        probe = open(-1, mode, buffering, encoding, errors, newline, closefd=False)  # noqa: ASYNC230 (fd -1: no I/O)
+    except ValueError as exc:
+        if str(exc) != "negative file descriptor":
+            raise
+    else:  # pragma: no cover - fd -1 never opens
+        probe.close()
+    if not closefd and not isinstance(file, int):
+        raise ValueError("Cannot use closefd=False with file name")
+    modes = set(mode)
+    rawmode = "".join(c for c in "xrwa" if c in modes) + ("+" if "+" in modes else "")
+    binary = "b" in modes
+    if isinstance(file, int):
+        fd = file
+        name: Any = file
+    else:
+        name = os.fspath(file) if not isinstance(file, (str, bytes)) else file
+        flags = _MODE_FLAGS[rawmode[0]]
+        if "+" in modes:
+            flags = (flags & ~(os.O_WRONLY | os.O_RDONLY)) | os.O_RDWR
+        flags |= os.O_CLOEXEC
+        if opener is None:
+            fd = await _pathops.open(name, flags, 0o666)
+        else:
+            fd = opener(name, flags)
+            if not isinstance(fd, int):
+                raise TypeError("expected integer from opener")
+            if fd < 0:
+                raise ValueError(f"opener returned {fd}")
+    owned = closefd
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), name)
+        if not stat.S_ISREG(st.st_mode):
+            result = open(fd, mode, buffering, encoding, errors, newline, closefd=closefd)  # noqa: ASYNC230 (an open fd: no I/O)
+            top: Any = result
+            raw_of = top if buffering == 0 else getattr(top, "buffer", top).raw
+            raw_of.name = name
+            owned = False
+            return result, False
+        raw = RingFileIO(fd, rawmode + "b", name, closefd, st.st_size)
+    except BaseException:
+        if owned:
+            await _pathops.close(fd)
+        raise
+    try:
+        line_buffering = False
+        if buffering == 1 or (buffering < 0 and raw.isatty()):
+            buffering = -1
+            line_buffering = True
+        if buffering < 0:
+            buffering = st.st_blksize if st.st_blksize > 1 else io.DEFAULT_BUFFER_SIZE
+        raw.bufsize = buffering if buffering > 0 else io.DEFAULT_BUFFER_SIZE
+        if buffering == 0:
+            if binary:
+                return raw, True
+            raise ValueError("can't have unbuffered text I/O")
+        if "+" in modes:
+            buffer: Any = io.BufferedRandom(raw, buffering)
+        elif rawmode[0] in "wxa":
+            buffer = io.BufferedWriter(raw, buffering)
+        else:
+            buffer = io.BufferedReader(raw, buffering)
+        if binary:
+            return buffer, True
+        encoding = text_encoding(encoding)
+        text = io.TextIOWrapper(buffer, encoding, errors, newline, line_buffering)
+        text.mode = mode  # type: ignore[misc]
+        raw.newline = newline
+        return text, True
+    except BaseException:
+        raw._defer = True  # close through the ring: queue, then drain
+        try:
+            raw.close()
+        finally:
+            raw._defer = False
+        await raw.drain()
+        raise

@@ -1,0 +1,284 @@
+"""Async binary files: aiofiles.threadpool.binary's classes, on the ring."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
+
+from .._file import _DIRECT_READ, _INF, RingFileIO, read_direct, readinto_direct
+from .._ops import write as _ring_write
+from ..base import AsyncBase, AsyncIndirectBase, Plan
+
+__all__ = ["AsyncBufferedIOBase", "AsyncBufferedReader", "AsyncFileIO", "AsyncIndirectBufferedIOBase",
+           "AsyncIndirectBufferedReader", "AsyncIndirectFileIO"]
+
+
+def _nbytes(b: Any) -> int:
+    with memoryview(b) as m:
+        return m.nbytes
+
+
+class _BinaryBase(AsyncBase):
+    """What the buffered and the raw binary classes share."""
+
+    # -- prefetch plans: which bytes a stdlib call can read ------------------
+    def _plan(self, make: Callable[..., Plan], *args: Any) -> Plan:
+        raw = self._raw
+        if raw is None or raw.closed or not raw.readable():
+            return None
+        try:
+            return make(raw, *args)
+        except Exception:  # a bad argument or a detached file: the call itself raises
+            return None
+
+    def _read_plan(self, raw: RingFileIO, n: Any) -> Plan:
+        file = self._file
+        t = file.tell() if file is not raw else raw._pos
+        rpos = raw._pos
+        start = t if t > rpos else rpos
+        if n is None or n < 0:
+            return ("range", start, _INF)
+        end = t + n.__index__()
+        if end <= rpos:
+            return None
+        return ("range", start, end + raw.bufsize)
+
+    def _line_plan(self, raw: RingFileIO, limit: Any) -> Plan:
+        file = self._file
+        t = file.tell() if file is not raw else raw._pos
+        rpos = raw._pos
+        start = t if t > rpos else rpos
+        limit = -1 if limit is None else limit.__index__()
+        cap = t + limit + 1 if limit >= 0 else _INF
+        return ("line", start, b"\n", raw.bufsize + 1, cap)
+
+    # -- the methods every binary file has ------------------------------------
+    async def read(self, size: Any = -1) -> bytes:
+        return await self._call("read", self._plan(self._read_plan, size), size)
+
+    async def readinto(self, b: Any) -> int:
+        return await self._call("readinto", self._plan(self._read_plan, _nbytes(b)), b)
+
+    async def readline(self, size: Any = -1) -> bytes:
+        return await self._call("readline", self._plan(self._line_plan, size), size)
+
+    async def readlines(self, hint: Any = -1) -> list[bytes]:
+        if self._raw is None:
+            return await self._executor_call("readlines", hint)
+        return await self._lines(hint)
+
+    async def write(self, b: Any) -> int:
+        return await self._call("write", None, b)
+
+    async def writelines(self, lines: Iterable[Any]) -> None:
+        await self._call("writelines", None, lines)
+
+    async def seek(self, offset: Any, whence: int = 0) -> int:
+        return await self._call("seek", None, offset, whence, size_fresh=whence == 2)
+
+    async def tell(self) -> int:
+        return await self._call("tell", None)
+
+    async def truncate(self, size: Any = None) -> int:
+        return await self._call("truncate", None, size)
+
+    async def flush(self) -> None:
+        await self._call("flush", None)
+
+    async def close(self) -> None:
+        await self._call("close", None)
+
+    async def isatty(self) -> bool:
+        return await self._call("isatty", None)
+
+    async def seekable(self) -> bool:
+        return await self._call("seekable", None)
+
+    async def writable(self) -> bool:
+        return await self._call("writable", None)
+
+    def readable(self) -> bool:
+        return self._file.readable()
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    @property
+    def name(self) -> Any:
+        return self._file.name
+
+    @property
+    def mode(self) -> str:
+        return self._file.mode
+
+
+class AsyncBufferedIOBase(_BinaryBase):
+    """The async io.BufferedWriter and io.BufferedIOBase (files opened "wb",
+    "ab", "xb"; io.BytesIO through threadpool.wrap)."""
+
+    async def read(self, size: Any = -1) -> bytes:
+        raw = self._raw
+        if (raw is not None and not raw._busy and not raw._queue and type(size) is int
+                and size >= _DIRECT_READ and not raw.closed and raw.readable()):
+            return await self._read_direct(raw, size)
+        return await self._call("read", self._plan(self._read_plan, size), size)
+
+    async def readinto(self, b: Any) -> int:
+        raw = self._raw
+        if raw is not None and not raw._busy and not raw._queue and not raw.closed and raw.readable():
+            try:
+                view = memoryview(b)
+            except TypeError:
+                view = None
+            if view is not None:
+                with view:
+                    if not view.readonly and view.nbytes >= _DIRECT_READ:
+                        with view.cast("B") as out:
+                            return await self._readinto_direct(raw, out)
+        return await self._call("readinto", self._plan(self._read_plan, _nbytes(b)), b)
+
+    async def _read_direct(self, raw: RingFileIO, n: int) -> bytes:
+        """A large read with nothing buffered: straight from the ring into the
+        result, then the buffered object is told where the raw file now is."""
+        file = self._file
+        if file.tell() != raw._pos:
+            return await self._call("read", self._plan(self._read_plan, n), n)
+        raw._busy = True
+        try:
+            data = await read_direct(raw, n)
+            raw._defer = True
+            try:
+                file.seek(raw._pos + len(data))
+            finally:
+                raw._defer = False
+        finally:
+            raw.release()
+        return data
+
+    async def _readinto_direct(self, raw: RingFileIO, out: memoryview) -> int:
+        file = self._file
+        if file.tell() != raw._pos:
+            return await self._call("readinto", self._plan(self._read_plan, len(out)), out)
+        raw._busy = True
+        try:
+            n = await readinto_direct(raw, out)
+            raw._defer = True
+            try:
+                file.seek(raw._pos + n)
+            finally:
+                raw._defer = False
+        finally:
+            raw.release()
+        return n
+
+    async def read1(self, size: Any = -1) -> bytes:
+        return await self._call("read1", self._plan(self._read1_plan, size), size)
+
+    def _read1_plan(self, raw: RingFileIO, n: Any) -> Plan:
+        t = self._file.tell()
+        rpos = raw._pos
+        if t < rpos:
+            return None  # read1 returns what is buffered
+        n = -1 if n is None else n.__index__()
+        return ("range", t, t + max(n, raw.bufsize) + 1)
+
+    def detach(self) -> Any:
+        return self._file.detach()
+
+    @property
+    def raw(self) -> Any:
+        return self._file.raw
+
+
+class AsyncBufferedReader(AsyncBufferedIOBase):
+    """The async io.BufferedReader and io.BufferedRandom ("rb", "rb+", "wb+", "ab+")."""
+
+    async def peek(self, size: Any = 0) -> bytes:
+        return await self._call("peek", self._plan(self._read1_plan, 0), size)
+
+
+class AsyncFileIO(_BinaryBase):
+    """The async io.FileIO (binary files opened with buffering=0): every
+    read and write is one ring operation at the file's position, as FileIO's
+    are one syscall each."""
+
+    async def readall(self) -> bytes:
+        return await self._call("readall", self._plan(self._read_plan, -1))
+
+    async def read(self, size: Any = -1) -> bytes:
+        raw = self._raw
+        if raw is None or type(size) is not int or size < 0 or raw.closed or not raw.readable():
+            return await self._call("read", self._plan(self._read_plan, size), size)
+        return await self._direct(raw, read_direct, size)
+
+    async def readinto(self, b: Any) -> int:
+        raw = self._raw
+        if raw is None or raw.closed or not raw.readable():
+            return await self._call("readinto", None, b)
+        try:
+            view = memoryview(b)
+        except TypeError:
+            return await self._call("readinto", None, b)
+        with view:
+            if view.readonly:
+                return await self._call("readinto", None, b)
+            with view.cast("B") as out:
+                return await self._direct(raw, readinto_direct, out)
+
+    async def write(self, b: Any) -> int:
+        raw = self._raw
+        if raw is None or raw.closed or not raw.writable() or isinstance(b, str):
+            return await self._call("write", None, b)
+        try:
+            data = memoryview(b)
+        except TypeError:
+            return await self._call("write", None, b)
+        with data:
+            return await self._direct(raw, _write_at_position, data.cast("B"))
+
+    async def _direct(self, raw: RingFileIO, func: Callable[..., Coroutine[Any, Any, Any]],
+                      arg: Any) -> Any:
+        if raw._busy:
+            await raw.acquire()
+        else:
+            raw._busy = True
+        try:
+            if raw._queue:
+                await raw.drain()
+            result = await func(raw, arg)
+            if func is not _write_at_position:
+                raw._pos += len(result) if isinstance(result, bytes) else result
+        finally:
+            raw.release()
+        return result
+
+
+async def _write_at_position(raw: RingFileIO, data: memoryview) -> int:
+    """One write at the position (at the end in append mode), as FileIO.write."""
+    if raw._append:
+        raw.refresh_size()
+        n = int(await _ring_write(raw._fd, data, -1))
+        off = raw._size
+    else:
+        off = raw._pos
+        n = int(await _ring_write(raw._fd, data, off))
+    raw._patch(off, bytes(data[:n]))
+    raw._pos = off + n
+    raw._size = max(raw._size, raw._pos)
+    return n
+
+
+class AsyncIndirectBufferedIOBase(AsyncIndirectBase, AsyncBufferedIOBase):
+    """AsyncBufferedIOBase over an object looked up at each call (stdin_bytes, ...)."""
+
+
+class AsyncIndirectBufferedReader(AsyncIndirectBase, AsyncBufferedReader):
+    """AsyncBufferedReader over an object looked up at each call."""
+
+
+class AsyncIndirectFileIO(AsyncIndirectBase, AsyncFileIO):
+    """AsyncFileIO over an object looked up at each call."""

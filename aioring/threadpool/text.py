@@ -1,0 +1,167 @@
+"""Async text files: aiofiles.threadpool.text's classes, on the ring."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .._file import _INF, RingFileIO, line_terminator
+from ..base import AsyncBase, AsyncIndirectBase, Plan
+
+__all__ = ["AsyncTextIOWrapper", "AsyncTextIndirectIOWrapper"]
+
+# No common codec needs more bytes than this for one character (UTF-8, UTF-16
+# and UTF-32 with surrogates, "\r\n" translated to one "\n").
+_MAX_BYTES_PER_CHAR = 4
+_MASK64 = (1 << 64) - 1
+
+
+class AsyncTextIOWrapper(AsyncBase):
+    """The async io.TextIOWrapper (every text mode)."""
+
+    def __init__(self, file: Any, loop: Any, executor: Any) -> None:
+        super().__init__(file, loop, executor)
+        self._term: bytes | None = None
+        if self._raw is not None:
+            self._term = line_terminator(file.encoding, self._raw.newline)
+
+    # -- prefetch plans --------------------------------------------------------
+    def _slack(self, raw: RingFileIO) -> int:
+        return max(self._file._CHUNK_SIZE, raw.bufsize) + raw.bufsize
+
+    def _readable_raw(self) -> RingFileIO | None:
+        raw = self._raw
+        if raw is None or raw.closed or not raw.readable():
+            return None
+        return raw
+
+    def _read_plan(self, size: Any) -> Plan:
+        raw = self._readable_raw()
+        if raw is None:
+            return None
+        try:
+            n = -1 if size is None else size.__index__()
+            start = raw._pos
+            if n < 0:
+                return ("range", start, _INF)
+            return ("range", start, start + n * _MAX_BYTES_PER_CHAR + self._slack(raw))
+        except Exception:  # a bad argument or a detached file: the call itself raises
+            return None
+
+    def _line_plan(self, size: Any) -> Plan:
+        raw = self._readable_raw()
+        if raw is None:
+            return None
+        try:
+            n = -1 if size is None else size.__index__()
+            slack = self._slack(raw)
+            start = raw._pos
+            cap = start + n * _MAX_BYTES_PER_CHAR + 1 if n >= 0 else _INF
+            return ("line", start, self._term, slack, cap)
+        except Exception:
+            return None
+
+    def _seek_plan(self, cookie: Any, whence: int) -> Plan:
+        raw = self._readable_raw()
+        if raw is None or whence != 0 or type(cookie) is not int or cookie < 0:
+            return None
+        try:
+            start = cookie & _MASK64
+            to_feed = (cookie >> 128) & _MASK64
+            if not to_feed and not cookie >> 192:
+                return None
+            return ("range", start, start + to_feed + self._slack(raw))
+        except Exception:
+            return None
+
+    # -- methods -----------------------------------------------------------------
+    async def read(self, size: Any = -1) -> str:
+        return await self._call("read", self._read_plan(size), size)
+
+    async def readline(self, size: Any = -1) -> str:
+        return await self._call("readline", self._line_plan(size), size)
+
+    async def readlines(self, hint: Any = -1) -> list[str]:
+        if self._raw is None:
+            return await self._executor_call("readlines", hint)
+        return await self._lines(hint)
+
+    async def write(self, s: Any) -> int:
+        return await self._call("write", None, s)
+
+    async def writelines(self, lines: Iterable[Any]) -> None:
+        await self._call("writelines", None, lines)
+
+    async def seek(self, cookie: Any, whence: int = 0) -> int:
+        return await self._call("seek", self._seek_plan(cookie, whence), cookie, whence,
+                                size_fresh=whence == 2)
+
+    async def tell(self) -> int:
+        return await self._call("tell", None)
+
+    async def truncate(self, pos: Any = None) -> int:
+        return await self._call("truncate", None, pos)
+
+    async def flush(self) -> None:
+        await self._call("flush", None)
+
+    async def close(self) -> None:
+        await self._call("close", None)
+
+    async def isatty(self) -> bool:
+        return await self._call("isatty", None)
+
+    async def readable(self) -> bool:
+        return await self._call("readable", None)
+
+    async def seekable(self) -> bool:
+        return await self._call("seekable", None)
+
+    async def writable(self) -> bool:
+        return await self._call("writable", None)
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    def detach(self) -> Any:
+        return self._file.detach()
+
+    @property
+    def buffer(self) -> Any:
+        return self._file.buffer
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    @property
+    def encoding(self) -> str:
+        return self._file.encoding
+
+    @property
+    def errors(self) -> str:
+        return self._file.errors
+
+    @property
+    def line_buffering(self) -> bool:
+        return self._file.line_buffering
+
+    @property
+    def newlines(self) -> Any:
+        return self._file.newlines
+
+    @property
+    def name(self) -> Any:
+        return self._file.name
+
+    @property
+    def mode(self) -> str:
+        return self._file.mode
+
+
+class AsyncTextIndirectIOWrapper(AsyncIndirectBase, AsyncTextIOWrapper):
+    """AsyncTextIOWrapper over an object looked up at each call (stdin, stdout, stderr)."""
+
+    def __init__(self, name: str, loop: Any, executor: Any, indirect: Any) -> None:
+        AsyncIndirectBase.__init__(self, name, loop, executor, indirect)
+        self._term = None
