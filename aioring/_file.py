@@ -54,6 +54,8 @@ _MAX_WINDOW = 8 * 1024 * 1024  # writes never grow the window past this
 _DIRECT_READ = 64 * 1024  # binary reads this large skip the window
 _WRITE, _TRUNCATE, _CLOSE = 0, 1, 2
 _READ_OP = lib.IORING_OP_READ
+_CHARS = ffi.typeof("char[]")
+_from_buffer = ffi.from_buffer
 _PREP_RW = lib.aior_prep_rw
 
 
@@ -153,7 +155,9 @@ class RingFileIO(io.FileIO):
         if self._defer and n:
             off = pos - self._wstart
             have = len(self._wbuf) - off
-            if off >= 0 and have > 0:
+            # A read the window serves whole, or up to a known end of file:
+            # the same length a read(2) of the file returns.
+            if off >= 0 and have > 0 and (have >= n or self._weof):
                 k = n if n < have else have
                 with memoryview(self._wbuf) as w:
                     out[:k] = w[off:off + k]
@@ -161,6 +165,8 @@ class RingFileIO(io.FileIO):
                 return k
             if off >= 0 and have <= 0 and self._weof:
                 return 0
+            if pos >= self._exact_size():
+                return 0  # at or past end of file (fstat never waits for the disk)
             SYNC_READS[0] += 1
         self._flush_sync()
         k = os.preadv(self._fd, [out], pos)
@@ -203,6 +209,8 @@ class RingFileIO(io.FileIO):
             data = bytes(memoryview(b))
         except TypeError:
             raise TypeError(f"a bytes-like object is required, not '{type(b).__name__}'") from None
+        if not data:
+            return 0  # as write(2) of nothing: the position stays, even in append mode
         if not self._defer:
             return self._write_sync(data)
         off = self._size if self._append else self._pos
@@ -230,12 +238,17 @@ class RingFileIO(io.FileIO):
         ws = self._wstart
         we = ws + len(buf)
         end = off + len(data)
-        if not buf:
-            if len(data) <= _MAX_WINDOW:  # the written bytes are known: they start a window
-                if not (self._weof and off == ws):
-                    self._weof = False  # where the file ends is not known
+        if not buf:  # the written bytes are known: they start a window
+            if self._weof and end >= ws and end - min(off, ws) <= _MAX_WINDOW:
+                # the file ended at ws: now it ends at `end`
+                self._wbuf = bytearray(off - ws) + data if off > ws else bytearray(data)
+                self._wstart = min(off, ws)
+            elif len(data) <= _MAX_WINDOW:
+                self._weof = False  # where the file ends is not known
                 self._wbuf = bytearray(data)
                 self._wstart = off
+            else:
+                self._weof = False
             return
         if end < ws:
             return
@@ -350,6 +363,17 @@ class RingFileIO(io.FileIO):
                 return
         self._busy = False
 
+    def _exact_size(self) -> int:
+        """The file's size now, counting what is queued."""
+        size = os.fstat(self._fd).st_size
+        for entry in self._queue:
+            if entry[0] == _WRITE:
+                off = size if entry[1] < 0 else entry[1]
+                size = max(size, off + len(entry[2]))
+            elif entry[0] == _TRUNCATE:
+                size = entry[1]
+        return size
+
     def refresh_size(self) -> None:
         """The size for SEEK_END and append-mode writes, read as the call
         starts (fstat on an open fd never waits for the disk)."""
@@ -369,11 +393,12 @@ class RingFileIO(io.FileIO):
             ws = self._wstart
             we = ws + len(buf)
         keep = we - start if ws <= start <= we else 0
-        want = end - start
-        if end >= _INF:
-            want = max(self._size - start, 0) + io.DEFAULT_BUFFER_SIZE
-        if keep or start == we:  # sequential: read ahead generously
-            want = max(want, _MIN_FILL)
+        if end >= _INF:  # to end of file: one byte more than its size shows where it ends
+            want = max(self._size - start, keep) + 1
+        else:
+            want = end - start
+            if keep or start == we:  # sequential: read ahead generously
+                want = max(want, _MIN_FILL)
         new = bytearray(max(want, keep))
         if keep:
             new[:keep] = memoryview(buf)[start - ws:]
@@ -383,43 +408,53 @@ class RingFileIO(io.FileIO):
         ring = get_ring(loop)
         while True:
             while got < len(new):
-                n = await _read_at(ring, loop, self._fd, new, got, len(new) - got, start + got)
+                asked = min(len(new) - got, _ops.MAX_RW)
+                n = await _read_at(ring, loop, self._fd, new, got, asked, start + got)
                 got += n
-                if n == 0:
+                if n < asked:  # a regular file reads short only at its end
                     eof = True
                     break
             if eof or end < _INF:
                 break
             new += bytes(len(new))  # read() to EOF and the file grew: keep going
         del new[got:]
+        if eof and not got and start:
+            # Nothing at `start`: the file ends at or before it.  The window
+            # must end exactly at end of file, for writes that extend it.
+            self._size = os.fstat(self._fd).st_size
+            start = min(start, self._size)
         self._wbuf = new
         self._wstart = start
         self._weof = eof
 
-    async def fill_line(self, start: int, terminator: bytes | None, slack: int, limit: int) -> None:
-        """Make the window hold everything up to the first `terminator` at or
-        after `start` (at most `limit` bytes), plus `slack` bytes."""
-        if terminator is None:
-            await self.fill(start, start + max(limit, 0) + slack if limit >= 0 else start + _MIN_FILL)
+    async def fill_line(self, start: int, search_from: int, terminator: bytes | None, slack: int,
+                        cap: int) -> None:
+        """Make the window hold [start, E + slack), E being the end of the
+        first `terminator` at or after `search_from`, or `cap` if that comes
+        first, or end of file."""
+        if terminator is None:  # unknown line ends: read ahead blindly
+            await self.fill(start, min(cap, search_from + _MIN_FILL) + slack)
             return
-        cap = start + limit if limit >= 0 else _INF
-        size = 1024
+        step = 4096
         while True:
             buf = self._wbuf
             ws = self._wstart
-            off = start - ws
-            if 0 <= off <= len(buf):
-                i = buf.find(terminator, off)
+            we = ws + len(buf)
+            if ws <= start and search_from <= we:
+                i = buf.find(terminator, search_from - ws)
                 if i >= 0:
-                    await self.fill(start, min(i + ws + len(terminator), cap) + slack)
+                    await self.fill(start, min(ws + i + len(terminator), cap) + slack)
                     return
-                if self._weof or ws + len(buf) >= cap:
-                    await self.fill(start, min(ws + len(buf), cap) + slack)
-                    if self._weof or ws + len(self._wbuf) >= cap:
-                        return
-                    continue
-                size = max(size, 2 * (len(buf) - off))
-            await self.fill(start, min(start + size, cap + slack) if cap < _INF else start + size)
+                if we >= cap:
+                    await self.fill(start, cap + slack)
+                    return
+                if self._weof:
+                    return  # no terminator before end of file
+            elif self._weof and ws <= start:
+                return  # the window holds all from start to end of file
+            # Read further: each round asks for more than the window holds.
+            step *= 2
+            await self.fill(start, min(max(search_from, we, start) + step, cap + slack))
 
     async def drain(self) -> None:
         """Perform the queued writes, truncates and close through the ring, in
@@ -461,7 +496,7 @@ class RingFileIO(io.FileIO):
 
 async def _read_at(ring: Any, loop: asyncio.AbstractEventLoop, fd: int, buf: bytearray, at: int,
                    n: int, offset: int) -> int:
-    cbuf = ffi.from_buffer(buf, require_writable=True)
+    cbuf = _from_buffer(_CHARS, buf, True)
     try:
         op = ring.start(loop, _PREP_RW, (_READ_OP, fd, cbuf + at, min(n, _ops.MAX_RW), offset, 0),
                         None, None, 0)

@@ -34,7 +34,7 @@ def wrap(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
     return run
 
 
-# A prefetch plan: ("range", start, end) or ("line", start, terminator, slack, cap).
+# A prefetch plan: ("range", start, end) or ("line", start, search_from, terminator, slack, cap).
 Plan = tuple[Any, ...] | None
 
 
@@ -81,11 +81,12 @@ class AsyncBase:
         if self._raw is None:
             await asyncio.get_running_loop().run_in_executor(None, self._file.__exit__, *exc_info)
             return
-        task = asyncio.ensure_future(self._call("__exit__", None, *exc_info))
+        raw = self._raw
         try:
-            await asyncio.shield(task)
+            await self._call("__exit__", None, *exc_info)
         except asyncio.CancelledError:
-            task.add_done_callback(_retrieve)
+            if raw._queue:  # the close and what it flushed: finish them anyway
+                asyncio.ensure_future(_finish(raw)).add_done_callback(_retrieve)
             raise
 
     # -- the two ways a call runs -------------------------------------------
@@ -117,11 +118,13 @@ class AsyncBase:
             if plan is not None:
                 if plan[0] == "range":
                     start, end = plan[1], plan[2]
+                    if end >= raw._size:
+                        end += 1  # reaching end of file: read past it, so the window knows it
                     ws = raw._wstart
                     if not (ws <= start and end <= ws + len(raw._wbuf)):
                         await raw.fill(start, end)
                 else:
-                    await raw.fill_line(plan[1], plan[2], plan[3], plan[4])
+                    await raw.fill_line(plan[1], plan[2], plan[3], plan[4], plan[5])
             raw._defer = True
             try:
                 result = (getattr(file, name) if isinstance(name, str) else name)(*args)
@@ -132,22 +135,6 @@ class AsyncBase:
         finally:
             raw.release()
         return result
-
-    async def _lines(self, hint: Any) -> list[Any]:
-        """readlines(hint) as IOBase.readlines: lines until their total size
-        reaches hint."""
-        hint = -1 if hint is None else hint.__index__()
-        lines: list[Any] = []
-        total = 0
-        while True:
-            line = await self.readline()
-            if not line:
-                return lines
-            lines.append(line)
-            total += len(line)
-            if 0 < hint <= total:
-                return lines
-
 
 class AsyncIndirectBase(AsyncBase):
     """An async file whose underlying object is looked up at every call
@@ -197,6 +184,14 @@ class AiofilesContextManager(Awaitable[_T], AbstractAsyncContextManager[_T], Gen
         finally:
             self._obj = None
 
+
+
+async def _finish(raw: RingFileIO) -> None:
+    await raw.acquire()
+    try:
+        await raw.drain()
+    finally:
+        raw.release()
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

@@ -35,22 +35,31 @@ class _BinaryBase(AsyncBase):
         file = self._file
         t = file.tell() if file is not raw else raw._pos
         rpos = raw._pos
-        start = t if t > rpos else rpos
+        # BufferedRandom may read at the raw position before it flushes
+        # pending writes (read1): cover from the lower of the two positions.
+        start = t if t < rpos else rpos
         if n is None or n < 0:
             return ("range", start, _INF)
-        end = t + n.__index__()
-        if end <= rpos:
-            return None
-        return ("range", start, end + raw.bufsize)
+        # A BufferedRandom with pending writes rereads what it holds: even a
+        # read its buffer serves may reach the raw file.
+        return ("range", start, max(t + n.__index__(), rpos) + raw.bufsize)
 
     def _line_plan(self, raw: RingFileIO, limit: Any) -> Plan:
         file = self._file
         t = file.tell() if file is not raw else raw._pos
         rpos = raw._pos
-        start = t if t > rpos else rpos
+        start = t if t < rpos else rpos
         limit = -1 if limit is None else limit.__index__()
         cap = t + limit + 1 if limit >= 0 else _INF
-        return ("line", start, b"\n", raw.bufsize + 1, cap)
+        return ("line", start, start, b"\n", raw.bufsize + 1, cap)
+
+    def _lines_plan(self, raw: RingFileIO, hint: Any) -> Plan:
+        hint = -1 if hint is None else hint.__index__()
+        if hint <= 0:
+            return self._read_plan(raw, -1)
+        plan = self._line_plan(raw, -1)
+        assert plan is not None
+        return ("line", plan[1], plan[1] + hint, b"\n", raw.bufsize + 1, _INF)
 
     # -- the methods every binary file has ------------------------------------
     async def read(self, size: Any = -1) -> bytes:
@@ -63,9 +72,7 @@ class _BinaryBase(AsyncBase):
         return await self._call("readline", self._plan(self._line_plan, size), size)
 
     async def readlines(self, hint: Any = -1) -> list[bytes]:
-        if self._raw is None:
-            return await self._executor_call("readlines", hint)
-        return await self._lines(hint)
+        return await self._call("readlines", self._plan(self._lines_plan, hint), hint)
 
     async def write(self, b: Any) -> int:
         return await self._call("write", None, b)
@@ -181,10 +188,8 @@ class AsyncBufferedIOBase(_BinaryBase):
     def _read1_plan(self, raw: RingFileIO, n: Any) -> Plan:
         t = self._file.tell()
         rpos = raw._pos
-        if t < rpos:
-            return None  # read1 returns what is buffered
         n = -1 if n is None else n.__index__()
-        return ("range", t, t + max(n, raw.bufsize) + 1)
+        return ("range", min(t, rpos), max(t, rpos) + max(n, raw.bufsize) + 1)
 
     def detach(self) -> Any:
         return self._file.detach()
@@ -259,6 +264,8 @@ class AsyncFileIO(_BinaryBase):
 
 async def _write_at_position(raw: RingFileIO, data: memoryview) -> int:
     """One write at the position (at the end in append mode), as FileIO.write."""
+    if not data:
+        return 0  # as write(2) of nothing: the position stays, even in append mode
     if raw._append:
         raw.refresh_size()
         n = int(await _ring_write(raw._fd, data, -1))

@@ -57,7 +57,20 @@ class AsyncTextIOWrapper(AsyncBase):
             slack = self._slack(raw)
             start = raw._pos
             cap = start + n * _MAX_BYTES_PER_CHAR + 1 if n >= 0 else _INF
-            return ("line", start, self._term, slack, cap)
+            return ("line", start, start, self._term, slack, cap)
+        except Exception:
+            return None
+
+    def _lines_plan(self, hint: Any) -> Plan:
+        raw = self._readable_raw()
+        if raw is None:
+            return None
+        try:
+            n = -1 if hint is None else hint.__index__()
+            if n <= 0:
+                return self._read_plan(-1)
+            start = raw._pos
+            return ("line", start, start + n * _MAX_BYTES_PER_CHAR, self._term, self._slack(raw), _INF)
         except Exception:
             return None
 
@@ -82,9 +95,7 @@ class AsyncTextIOWrapper(AsyncBase):
         return await self._call("readline", self._line_plan(size), size)
 
     async def readlines(self, hint: Any = -1) -> list[str]:
-        if self._raw is None:
-            return await self._executor_call("readlines", hint)
-        return await self._lines(hint)
+        return await self._call("readlines", self._lines_plan(hint), hint)
 
     async def write(self, s: Any) -> int:
         return await self._call("write", None, s)
