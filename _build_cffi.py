@@ -28,6 +28,7 @@ C_SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/sysmacros.h>
 #include <liburing.h>
 
 /* Opcodes newer than liburing 2.3's enum (the probe says whether the kernel
@@ -170,6 +171,28 @@ static int aior_prep_statx(struct io_uring *ring, int dfd, const char *path,
     io_uring_prep_statx(sqe, dfd, path, flags, mask, buf);
     sqe->user_data = user_data;
     return 0;
+}
+
+/* The fields of os.stat_result, in its order, from a statx: one call
+   instead of some thirty attribute reads. */
+static void aior_statx_fields(const struct statx *st, int64_t out[16])
+{
+    out[0] = st->stx_mode;
+    out[1] = (int64_t)st->stx_ino;
+    out[2] = (int64_t)makedev(st->stx_dev_major, st->stx_dev_minor);
+    out[3] = st->stx_nlink;
+    out[4] = st->stx_uid;
+    out[5] = st->stx_gid;
+    out[6] = (int64_t)st->stx_size;
+    out[7] = st->stx_atime.tv_sec;
+    out[8] = st->stx_atime.tv_nsec;
+    out[9] = st->stx_mtime.tv_sec;
+    out[10] = st->stx_mtime.tv_nsec;
+    out[11] = st->stx_ctime.tv_sec;
+    out[12] = st->stx_ctime.tv_nsec;
+    out[13] = st->stx_blksize;
+    out[14] = (int64_t)st->stx_blocks;
+    out[15] = (int64_t)makedev(st->stx_rdev_major, st->stx_rdev_minor);
 }
 
 static int aior_prep_unlinkat(struct io_uring *ring, int dfd, const char *path,
@@ -369,6 +392,7 @@ int aior_prep_openat(struct io_uring *ring, int dfd, const char *path,
 int aior_prep_close(struct io_uring *ring, int fd, uint64_t user_data);
 int aior_prep_statx(struct io_uring *ring, int dfd, const char *path, int flags,
                     unsigned mask, struct statx *buf, uint64_t user_data);
+void aior_statx_fields(const struct statx *st, int64_t out[16]);
 int aior_prep_unlinkat(struct io_uring *ring, int dfd, const char *path,
                        int flags, uint64_t user_data);
 int aior_prep_renameat(struct io_uring *ring, int olddfd, const char *oldpath,

@@ -510,15 +510,34 @@ async def read_direct(raw: RingFileIO, n: int) -> bytes:
     a buffered read(n) with nothing buffered would (loops until n or EOF)."""
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
-    out = bytearray(n)
+    if n < 4096:
+        small = bytearray(n)
+        got = 0
+        while got < n:
+            k = await _read_at(ring, loop, raw._fd, small, got, n - got, raw._pos + got)
+            if k == 0:
+                break
+            got += k
+        del small[got:]
+        return bytes(small)
+    # The kernel fills a new bytes object, as os.read fills the one it
+    # returns: nothing else can see the object before it is returned, and no
+    # copy follows the kernel's.
+    out = bytes(n)
+    cbuf = _from_buffer(_CHARS, out, False)
     got = 0
-    while got < n:
-        k = await _read_at(ring, loop, raw._fd, out, got, n - got, raw._pos + got)
-        if k == 0:
-            break
-        got += k
-    del out[got:]
-    return bytes(out)
+    try:
+        while got < n:
+            asked = min(n - got, _ops.MAX_RW)
+            op = ring.start(loop, _PREP_RW, (_READ_OP, raw._fd, cbuf + got, asked, raw._pos + got, 0),
+                            None, None, 0)
+            k = int(await _ops.result(ring, op))
+            got += k
+            if k < asked:
+                break
+    finally:
+        ffi.release(cbuf)
+    return out if got == n else out[:got]
 
 
 async def readinto_direct(raw: RingFileIO, view: memoryview) -> int:

@@ -85,17 +85,22 @@ async def close(fd: int) -> None:
                 (fd,), finish=_finish_none)
 
 
+_I64_16 = ffi.typeof("int64_t[16]")
+_U64 = 1 << 64
+
+
 def _finish_stat(op: Op, res: int) -> os.stat_result:
-    st = op.keep
-    times = (st.stx_atime, st.stx_mtime, st.stx_ctime)
-    ns = tuple(t.tv_sec * 1_000_000_000 + t.tv_nsec for t in times)
+    fields = ffi.new(_I64_16)
+    lib.aior_statx_fields(op.keep, fields)
+    v = ffi.unpack(fields, 16)
+    ino, dev, size, blocks, rdev = (x % _U64 for x in (v[1], v[2], v[6], v[14], v[15]))
+    a, an, m, mn, c, cn = v[7:13]
     return os.stat_result((
-        st.stx_mode, st.stx_ino, os.makedev(st.stx_dev_major, st.stx_dev_minor), st.stx_nlink,
-        st.stx_uid, st.stx_gid, st.stx_size,
-        *(t.tv_sec for t in times),
-        *(t.tv_sec + t.tv_nsec * 1e-9 for t in times),
-        *ns,
-        st.stx_blksize, st.stx_blocks, os.makedev(st.stx_rdev_major, st.stx_rdev_minor),
+        v[0], ino, dev, v[3], v[4], v[5], size,
+        a, m, c,
+        a + an * 1e-9, m + mn * 1e-9, c + cn * 1e-9,
+        a * 1_000_000_000 + an, m * 1_000_000_000 + mn, c * 1_000_000_000 + cn,
+        v[13], blocks, rdev,
     ))
 
 
