@@ -23,6 +23,7 @@ test-all: system-deps
 	  .venv-$$v/bin/python -m pip install -q -e '.[test]'; \
 	  echo "== Python $$v ($$py)"; \
 	  .venv-$$v/bin/python -m pytest -q; \
+	  .venv-$$v/bin/python tests/aiofiles_suite.py; \
 	  ran="$$ran $$v"; \
 	done; \
 	echo "test-all: passed on$$ran"

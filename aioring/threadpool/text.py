@@ -92,6 +92,29 @@ class AsyncTextIOWrapper(AsyncBase):
         return await self._call("read", self._read_plan(size), size)
 
     async def readline(self, size: Any = -1) -> str:
+        raw = self._raw
+        term = self._term
+        if raw is not None and term is not None and size == -1 and not raw._busy and not raw._queue:
+            # The next line, and what the stdlib may read past it, is in the
+            # window already (the usual case when iterating): no plan needed.
+            buf = raw._wbuf
+            off = raw._pos - raw._wstart
+            if off >= 0:
+                i = buf.find(term, off)
+                if i >= 0 and i + len(term) + self._slack(raw) <= len(buf):
+                    raw._busy = raw._defer = True
+                    try:
+                        line: str = self._file.readline()
+                    finally:
+                        raw._defer = False
+                        raw.release()
+                    if raw._queue:  # "+" modes flush pending writes first
+                        await raw.acquire()
+                        try:
+                            await raw.drain()
+                        finally:
+                            raw.release()
+                    return line
         return await self._call("readline", self._line_plan(size), size)
 
     async def readlines(self, hint: Any = -1) -> list[str]:
