@@ -34,6 +34,7 @@ import codecs
 import collections
 import errno
 import io
+import operator
 import os
 import stat
 import tempfile
@@ -47,6 +48,11 @@ from ._ring import get_ring
 __all__ = ["RingFileIO", "open_stack", "ring_raw"]
 
 SYNC_READS = [0]  # reads the prefetch did not foresee; tests assert it stays 0
+
+# Writes through any RingFileIO of this process, per (st_dev, st_ino): a file
+# whose window predates the latest of them drops it.
+_GENERATIONS: dict[tuple[int, int], int] = {}
+_OFF_MAX = 2**63 - 1
 
 _INF = 1 << 62
 _MIN_FILL = 128 * 1024  # a sequential fill reads at least this much ahead
@@ -83,6 +89,11 @@ class RingFileIO(io.FileIO):
         self._defer = False
         self._busy = False
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        st = os.fstat(fd)
+        self._key = (st.st_dev, st.st_ino)
+        self._gen = _GENERATIONS.get(self._key, 0)
+        self._stamp: tuple[int, int, int] | None = None
+        self.shared_offset = False  # opened from an fd: keep the fd's offset in step
         self.newline: str | None = None  # the text layer's newline argument, for line prefetch
         self.bufsize = io.DEFAULT_BUFFER_SIZE  # the buffered layer's size, for prefetch slack
 
@@ -118,7 +129,7 @@ class RingFileIO(io.FileIO):
 
     def seek(self, pos: Any, whence: int = 0) -> int:
         io.FileIO.readable(self)
-        pos = pos.__index__() if not isinstance(pos, int) else pos
+        pos = _off_t(pos)
         if whence == os.SEEK_SET:
             new = pos
         elif whence == os.SEEK_CUR:
@@ -174,17 +185,24 @@ class RingFileIO(io.FileIO):
         return k
 
     def read(self, size: Any = -1) -> bytes:
+        if not io.FileIO.readable(self):
+            raise io.UnsupportedOperation("File not open for reading")
+        if size is not None and not isinstance(size, int):
+            try:
+                size = operator.index(size)
+            except TypeError:
+                raise TypeError(f"argument should be integer or None, not '{type(size).__name__}'") from None
         if size is None or size < 0:
             return self.readall()
-        b = bytearray(size.__index__())
+        b = bytearray(size)
         with memoryview(b) as m:
             k = self._readinto(m) if io.FileIO.readable(self) else self.readinto(b)
         del b[k:]
         return bytes(b)
 
     def readall(self) -> bytes:
-        if not io.FileIO.readable(self):
-            raise io.UnsupportedOperation("File not open for reading")
+        if not io.FileIO.readable(self):  # as FileIO.readall: read(2) says EBADF
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
         chunks = []
         while True:
             off = self._pos - self._wstart
@@ -268,7 +286,7 @@ class RingFileIO(io.FileIO):
     def truncate(self, size: Any = None) -> int:
         if not io.FileIO.writable(self):
             raise io.UnsupportedOperation("File not open for writing")
-        size = self._pos if size is None else size.__index__()
+        size = self._pos if size is None else _off_t(size)
         if size < 0:
             raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
         if not self._defer:
@@ -336,6 +354,7 @@ class RingFileIO(io.FileIO):
             else:
                 os.close(self._fd)
             q.popleft()
+            _GENERATIONS[self._key] = self._gen = _GENERATIONS.get(self._key, 0) + 1
 
     # -- the async side: used by the wrappers, under `acquire` ---------------
     async def acquire(self) -> None:
@@ -374,6 +393,44 @@ class RingFileIO(io.FileIO):
                 size = entry[1]
         return size
 
+    def begin_call(self) -> None:
+        """A wrapper call starts: nothing known about end of file yet; the
+        window is dropped if the file changed since it was read (a write
+        through another handle of this process, or any change fstat shows);
+        an fd the caller gave follows its own offset."""
+        self._weof = False
+        if self.closed:
+            return
+        if self.shared_offset:
+            self._pos = os.lseek(self._fd, 0, os.SEEK_CUR)
+        if self._wbuf:
+            if _GENERATIONS.get(self._key, 0) != self._gen or self._stat_stamp() != self._stamp:
+                self._wbuf = bytearray()
+                self._wstart = self._pos
+
+    def end_call(self) -> None:
+        if self.shared_offset and not (self.closed and self._owns_fd):
+            try:
+                os.lseek(self._fd, self._pos, os.SEEK_SET)
+            except OSError:
+                pass  # the caller closed its fd
+
+    def _stat_stamp(self) -> tuple[int, int, int]:
+        st = os.fstat(self._fd)
+        return (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def _wrote(self) -> None:
+        """This handle changed the file: other handles' windows are stale,
+        this one's (patched as it wrote) is current."""
+        gen = _GENERATIONS.get(self._key, 0) + 1
+        _GENERATIONS[self._key] = gen
+        self._gen = gen
+        if self._wbuf:
+            try:
+                self._stamp = self._stat_stamp()
+            except OSError:  # closed meanwhile
+                self._wbuf = bytearray()
+
     def refresh_size(self) -> None:
         """The size for SEEK_END and append-mode writes, read as the call
         starts (fstat on an open fd never waits for the disk)."""
@@ -406,6 +463,8 @@ class RingFileIO(io.FileIO):
         eof = False
         loop = asyncio.get_running_loop()
         ring = get_ring(loop)
+        self._stamp = self._stat_stamp()  # taken first: a change during the read shows next time
+        self._gen = _GENERATIONS.get(self._key, 0)
         while True:
             while got < len(new):
                 asked = min(len(new) - got, _ops.MAX_RW)
@@ -427,8 +486,8 @@ class RingFileIO(io.FileIO):
         self._wstart = start
         self._weof = eof
 
-    async def fill_line(self, start: int, search_from: int, terminator: bytes | None, slack: int,
-                        cap: int) -> None:
+    async def fill_line(self, start: int, search_from: int, terminator: tuple[bytes, ...] | None,
+                        slack: int, cap: int) -> None:
         """Make the window hold [start, E + slack), E being the end of the
         first `terminator` at or after `search_from`, or `cap` if that comes
         first, or end of file."""
@@ -441,9 +500,9 @@ class RingFileIO(io.FileIO):
             ws = self._wstart
             we = ws + len(buf)
             if ws <= start and search_from <= we:
-                i = buf.find(terminator, search_from - ws)
+                i = find_line_end(buf, terminator, search_from - ws)
                 if i >= 0:
-                    await self.fill(start, min(ws + i + len(terminator), cap) + slack)
+                    await self.fill(start, min(ws + i, cap) + slack)
                     return
                 if we >= cap:
                     await self.fill(start, cap + slack)
@@ -460,36 +519,44 @@ class RingFileIO(io.FileIO):
         """Perform the queued writes, truncates and close through the ring, in
         order.  An entry leaves the queue only once done: if the caller is
         cancelled, the rest stays queued for the next call, close() or the
-        finalizer, so no written byte is lost."""
+        finalizer, so no written byte is lost.  A failed write stays queued
+        for the next flush, as BufferedWriter keeps what it could not write,
+        unless a close follows: then, as with close(), it is dropped."""
         q = self._queue
-        error: BaseException | None = None
-        while q:
-            entry = q[0]
-            kind = entry[0]
-            try:
-                if kind == _WRITE:
-                    _, off, data = entry
-                    n = await _ops.write(self._fd, data, off)
-                    if n < len(data):
-                        q[0] = (_WRITE, off if off < 0 else off + n, data[n:])
-                        continue
-                elif kind == _TRUNCATE:
-                    await _pathops.ftruncate(self._fd, entry[1])
-                else:
-                    q.popleft()
-                    await _pathops.close(self._fd)
+        error: OSError | None = None
+        wrote = False
+        try:
+            while q:
+                entry = q[0]
+                kind = entry[0]
+                try:
+                    if kind == _WRITE:
+                        _, off, data = entry
+                        n = await _ops.write(self._fd, data, off)
+                        wrote = True
+                        if n < len(data):
+                            q[0] = (_WRITE, off if off < 0 else off + n, data[n:])
+                            continue
+                    elif kind == _TRUNCATE:
+                        await _pathops.ftruncate(self._fd, entry[1])
+                        wrote = True
+                    else:
+                        await _pathops.close(self._fd)
+                except OSError as exc:
+                    if kind == _CLOSE:
+                        q.popleft()
+                        raise
+                    if error is None:
+                        error = exc
+                    if not any(e[0] == _CLOSE for e in q):
+                        raise
+                    while q[0][0] != _CLOSE:  # closing: what failed is dropped, the close goes on
+                        q.popleft()
                     continue
-            except OSError as exc:
-                # As a failed flush: the error is raised, the file stays usable;
-                # a queued close still happens.
-                if error is None:
-                    error = exc
-                closing = any(e[0] == _CLOSE for e in q)
-                q.clear()
-                if closing:
-                    q.append((_CLOSE,))
-                continue
-            q.popleft()
+                q.popleft()
+        finally:
+            if wrote:
+                self._wrote()
         if error is not None:
             raise error
 
@@ -552,6 +619,14 @@ async def readinto_direct(raw: RingFileIO, view: memoryview) -> int:
     return got
 
 
+def _off_t(value: Any) -> int:
+    """A file offset, checked as FileIO checks one (TypeError, OverflowError)."""
+    value = operator.index(value)
+    if not -_OFF_MAX - 1 <= value <= _OFF_MAX:
+        raise OverflowError("Python int too large to convert to C long")
+    return value
+
+
 def ring_raw(file: Any) -> RingFileIO | None:
     """The RingFileIO under a stdlib file object, or None for any other object."""
     obj = file
@@ -572,17 +647,28 @@ def text_encoding(encoding: str | None) -> str:
     return encoding if encoding is not None else io.text_encoding(None)  # type: ignore[attr-defined]
 
 
-def line_terminator(encoding: str, newline: str | None) -> bytes | None:
-    """The encoded bytes that end a line for a text file, or None if the
-    encoding hides them (the line prefetch then reads ahead blindly)."""
-    text = "\n" if newline in (None, "", "\n") else newline
+def line_terminator(encoding: str, newline: str | None) -> tuple[bytes, ...] | None:
+    """The encoded byte strings that can end a line of a text file (with
+    universal newlines "\r" and "\n"), or None if the encoding hides them
+    (the line prefetch then reads ahead blindly)."""
+    ends = ["\r", "\n"] if newline in (None, "") else [newline]
     try:
         encoder = codecs.getincrementalencoder(encoding)()
         encoder.encode("a")  # past any BOM
-        term = encoder.encode(text[0] if newline in (None, "") else text)
+        terms = tuple(encoder.encode(end) for end in ends)
     except (LookupError, UnicodeError, TypeError):
         return None
-    return term or None
+    return terms if all(terms) else None
+
+
+def find_line_end(buf: bytearray, terms: tuple[bytes, ...], start: int) -> int:
+    """The index just past the first of `terms` in buf[start:], or -1."""
+    best = -1
+    for term in terms:
+        i = buf.find(term, start)
+        if i >= 0 and (best < 0 or i + len(term) < best):
+            best = i + len(term)
+    return best
 
 
 # -- opening ---------------------------------------------------------------
@@ -617,7 +703,8 @@ async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: 
     modes = set(mode)
     rawmode = "".join(c for c in "xrwa" if c in modes) + ("+" if "+" in modes else "")
     binary = "b" in modes
-    if isinstance(file, int):
+    shared_offset = isinstance(file, int)
+    if shared_offset:
         fd = file
         name: Any = file
     else:
@@ -647,6 +734,9 @@ async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: 
             owned = False
             return result, False
         raw = RingFileIO(fd, rawmode + "b", name, closefd, st.st_size)
+        if shared_offset:  # FileIO reads and writes at the fd's own offset
+            raw.shared_offset = True
+            raw._pos = os.lseek(fd, 0, os.SEEK_CUR)
     except BaseException:
         if owned:
             await _pathops.close(fd)

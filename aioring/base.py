@@ -17,6 +17,7 @@ __all__ = ["AiofilesContextManager", "AsyncBase", "AsyncIndirectBase", "wrap"]
 
 _T = TypeVar("_T")
 _INF = 1 << 62
+_PAST_END = 64 * 1024  # prefetch stops this far past the known end of file
 
 
 def wrap(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
@@ -74,6 +75,10 @@ class AsyncBase:
     async def readline(self, size: Any = -1) -> Any:  # overridden by every file class
         raise NotImplementedError
 
+    def _replan(self, name: Any, args: tuple[Any, ...]) -> Plan:
+        """The prefetch plan of call `name` from the current position."""
+        return None
+
     async def _exit(self, *exc_info: Any) -> None:
         """The file's __exit__, for AiofilesContextManager.__aexit__: through
         the ring to its end even if the task is cancelled meanwhile; for other
@@ -106,32 +111,40 @@ class AsyncBase:
         file = self._file
         if raw._busy:
             await raw.acquire()
+            # The calls before this one moved the position: plan again.
+            plan = self._replan(name, args)
         else:
             raw._busy = True
         try:
             if raw._queue:
                 await raw.drain()
-            raw._weof = False
+            raw.begin_call()
             if size_fresh or raw._append:
                 if not raw.closed:
                     raw.refresh_size()
             if plan is not None:
+                # Never read ahead much past the end of file, whatever was asked.
+                limit = max(plan[1], raw._size) + _PAST_END
                 if plan[0] == "range":
-                    start, end = plan[1], plan[2]
+                    start, end = plan[1], min(plan[2], limit)
                     if end >= raw._size:
                         end += 1  # reaching end of file: read past it, so the window knows it
                     ws = raw._wstart
                     if not (ws <= start and end <= ws + len(raw._wbuf)):
                         await raw.fill(start, end)
                 else:
-                    await raw.fill_line(plan[1], plan[2], plan[3], plan[4], plan[5])
+                    await raw.fill_line(plan[1], min(plan[2], limit), plan[3], plan[4],
+                                        min(plan[5], limit))
             raw._defer = True
             try:
                 result = (getattr(file, name) if isinstance(name, str) else name)(*args)
             finally:
                 raw._defer = False
-                if raw._queue:
-                    await raw.drain()
+                try:
+                    if raw._queue:
+                        await raw.drain()
+                finally:
+                    raw.end_call()
         finally:
             raw.release()
         return result

@@ -13,6 +13,9 @@ __all__ = ["AsyncBufferedIOBase", "AsyncBufferedReader", "AsyncFileIO", "AsyncIn
            "AsyncIndirectBufferedReader", "AsyncIndirectFileIO"]
 
 
+_NL = (b"\n",)
+
+
 def _nbytes(b: Any) -> int:
     with memoryview(b) as m:
         return m.nbytes
@@ -51,7 +54,7 @@ class _BinaryBase(AsyncBase):
         start = t if t < rpos else rpos
         limit = -1 if limit is None else limit.__index__()
         cap = t + limit + 1 if limit >= 0 else _INF
-        return ("line", start, start, b"\n", raw.bufsize + 1, cap)
+        return ("line", start, start, _NL, raw.bufsize + 1, cap)
 
     def _lines_plan(self, raw: RingFileIO, hint: Any) -> Plan:
         hint = -1 if hint is None else hint.__index__()
@@ -59,7 +62,26 @@ class _BinaryBase(AsyncBase):
             return self._read_plan(raw, -1)
         plan = self._line_plan(raw, -1)
         assert plan is not None
-        return ("line", plan[1], plan[1] + hint, b"\n", raw.bufsize + 1, _INF)
+        return ("line", plan[1], plan[1] + hint, _NL, raw.bufsize + 1, _INF)
+
+    def _read1_plan(self, raw: RingFileIO, n: Any) -> Plan:
+        t = self._file.tell()
+        rpos = raw._pos
+        n = -1 if n is None else n.__index__()
+        return ("range", min(t, rpos), max(t, rpos) + max(n, raw.bufsize) + 1)
+
+    def _replan(self, name: Any, args: tuple[Any, ...]) -> Plan:
+        if name in ("read", "readall"):
+            return self._plan(self._read_plan, args[0] if args else -1)
+        if name == "readinto":
+            return self._plan(self._read_plan, _nbytes(args[0]))
+        if name == "readline":
+            return self._plan(self._line_plan, args[0])
+        if name == "readlines":
+            return self._plan(self._lines_plan, args[0])
+        if name in ("read1", "peek"):
+            return self._plan(self._read1_plan, args[0] if name == "read1" else 0)
+        return None
 
     # -- the methods every binary file has ------------------------------------
     async def read(self, size: Any = -1) -> bytes:
@@ -149,47 +171,59 @@ class AsyncBufferedIOBase(_BinaryBase):
         return await self._call("readinto", self._plan(self._read_plan, _nbytes(b)), b)
 
     async def _read_direct(self, raw: RingFileIO, n: int) -> bytes:
-        """A large read with nothing buffered: straight from the ring into the
-        result, then the buffered object is told where the raw file now is."""
+        """A large read with nothing buffered: the whole blocks that
+        BufferedReader reads past its buffer go straight from the ring into
+        the result; the rest goes through the buffer, as BufferedReader's."""
         file = self._file
-        if file.tell() != raw._pos:
-            return await self._call("read", self._plan(self._read_plan, n), n)
         raw._busy = True
         try:
-            data = await read_direct(raw, n)
-            raw._defer = True
-            try:
-                file.seek(raw._pos + len(data))
-            finally:
-                raw._defer = False
+            raw.begin_call()
+            whole = n - n % raw.bufsize
+            if file.tell() != raw._pos or raw._size - raw._pos < n:
+                data = None
+            else:
+                data = await read_direct(raw, whole)
+                raw._defer = True
+                try:
+                    file.seek(raw._pos + len(data))
+                finally:
+                    raw._defer = False
+                    raw.end_call()
         finally:
             raw.release()
-        return data
+        if data is None:
+            return await self._call("read", self._plan(self._read_plan, n), n)
+        if len(data) < whole or whole == n:
+            return data
+        return data + await self._call("read", self._plan(self._read_plan, n - whole), n - whole)
 
     async def _readinto_direct(self, raw: RingFileIO, out: memoryview) -> int:
         file = self._file
-        if file.tell() != raw._pos:
-            return await self._call("readinto", self._plan(self._read_plan, len(out)), out)
+        whole = len(out) - len(out) % raw.bufsize
         raw._busy = True
         try:
-            n = await readinto_direct(raw, out)
-            raw._defer = True
-            try:
-                file.seek(raw._pos + n)
-            finally:
-                raw._defer = False
+            raw.begin_call()
+            if file.tell() != raw._pos or raw._size - raw._pos < len(out):
+                n = -1
+            else:
+                n = await readinto_direct(raw, out[:whole])
+                raw._defer = True
+                try:
+                    file.seek(raw._pos + n)
+                finally:
+                    raw._defer = False
+                    raw.end_call()
         finally:
             raw.release()
-        return n
+        if n < 0:
+            return await self._call("readinto", self._plan(self._read_plan, len(out)), out)
+        if n < whole or whole == len(out):
+            return n
+        rest = out[whole:]
+        return n + await self._call("readinto", self._plan(self._read_plan, len(rest)), rest)
 
     async def read1(self, size: Any = -1) -> bytes:
         return await self._call("read1", self._plan(self._read1_plan, size), size)
-
-    def _read1_plan(self, raw: RingFileIO, n: Any) -> Plan:
-        t = self._file.tell()
-        rpos = raw._pos
-        n = -1 if n is None else n.__index__()
-        return ("range", min(t, rpos), max(t, rpos) + max(n, raw.bufsize) + 1)
 
     def detach(self) -> Any:
         return self._file.detach()
@@ -254,9 +288,13 @@ class AsyncFileIO(_BinaryBase):
         try:
             if raw._queue:
                 await raw.drain()
-            result = await func(raw, arg)
-            if func is not _write_at_position:
-                raw._pos += len(result) if isinstance(result, bytes) else result
+            raw.begin_call()
+            try:
+                result = await func(raw, arg)
+                if func is not _write_at_position:
+                    raw._pos += len(result) if isinstance(result, bytes) else result
+            finally:
+                raw.end_call()
         finally:
             raw.release()
         return result
@@ -274,6 +312,7 @@ async def _write_at_position(raw: RingFileIO, data: memoryview) -> int:
         off = raw._pos
         n = int(await _ring_write(raw._fd, data, off))
     raw._patch(off, bytes(data[:n]))
+    raw._wrote()
     raw._pos = off + n
     raw._size = max(raw._size, raw._pos)
     return n

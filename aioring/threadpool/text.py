@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .._file import _INF, RingFileIO, line_terminator
+from .._file import _INF, RingFileIO, find_line_end, line_terminator
 from ..base import AsyncBase, AsyncIndirectBase, Plan
 
 __all__ = ["AsyncTextIOWrapper", "AsyncTextIndirectIOWrapper"]
@@ -21,7 +21,7 @@ class AsyncTextIOWrapper(AsyncBase):
 
     def __init__(self, file: Any, loop: Any, executor: Any) -> None:
         super().__init__(file, loop, executor)
-        self._term: bytes | None = None
+        self._term: tuple[bytes, ...] | None = None
         if self._raw is not None:
             self._term = line_terminator(file.encoding, self._raw.newline)
 
@@ -87,6 +87,17 @@ class AsyncTextIOWrapper(AsyncBase):
         except Exception:
             return None
 
+    def _replan(self, name: Any, args: tuple[Any, ...]) -> Plan:
+        if name == "read":
+            return self._read_plan(args[0])
+        if name == "readline":
+            return self._line_plan(args[0])
+        if name == "readlines":
+            return self._lines_plan(args[0])
+        if name == "seek":
+            return self._seek_plan(args[0], args[1])
+        return None
+
     # -- methods -----------------------------------------------------------------
     async def read(self, size: Any = -1) -> str:
         return await self._call("read", self._read_plan(size), size)
@@ -97,24 +108,27 @@ class AsyncTextIOWrapper(AsyncBase):
         if raw is not None and term is not None and size == -1 and not raw._busy and not raw._queue:
             # The next line, and what the stdlib may read past it, is in the
             # window already (the usual case when iterating): no plan needed.
+            raw._busy = True
+            raw.begin_call()  # drops a stale window
             buf = raw._wbuf
             off = raw._pos - raw._wstart
-            if off >= 0:
-                i = buf.find(term, off)
-                if i >= 0 and i + len(term) + self._slack(raw) <= len(buf):
-                    raw._busy = raw._defer = True
+            i = find_line_end(buf, term, off) if off >= 0 else -1
+            if i >= 0 and i + self._slack(raw) <= len(buf):
+                raw._defer = True
+                try:
+                    line: str = self._file.readline()
+                finally:
+                    raw._defer = False
+                    raw.end_call()
+                    raw.release()
+                if raw._queue:  # "+" modes flush pending writes first
+                    await raw.acquire()
                     try:
-                        line: str = self._file.readline()
+                        await raw.drain()
                     finally:
-                        raw._defer = False
                         raw.release()
-                    if raw._queue:  # "+" modes flush pending writes first
-                        await raw.acquire()
-                        try:
-                            await raw.drain()
-                        finally:
-                            raw.release()
-                    return line
+                return line
+            raw.release()
         return await self._call("readline", self._line_plan(size), size)
 
     async def readlines(self, hint: Any = -1) -> list[str]:

@@ -1,0 +1,383 @@
+"""Edge cases of the file objects, each against builtin open: other handles
+and processes changing the file, fds given by the caller, concurrency,
+cancellation under backpressure, failed writes, argument checking, large
+and huge requests, "\r" line ends.  Each docstring tells what could go wrong."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import resource
+import signal
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aioring
+from aioring import _file, _ops
+
+
+def _fds() -> set[str]:
+    """The process's open fds (with the running loop's ring already made)."""
+    aioring.statistics()
+    return set(os.listdir("/proc/self/fd"))
+
+
+def _pattern(n: int) -> bytes:
+    return bytes(i % 251 for i in range(n))
+
+
+# -- stale window -------------------------------------------------------------
+
+async def test_read_after_seek_sees_another_handles_write(disk_dir: str) -> None:
+    """The window (128 KiB read ahead) outlives the call that filled it, and a
+    later call that finds its range in the window never asks the kernel again.
+    A write made meanwhile through another handle (here a second aioring
+    file, flushed) is invisible: the reader gets the old bytes.  Builtin open
+    re-reads after a seek outside its 4-8 KiB buffer and sees the new bytes
+    (the module docstring promises "Reads always see the file's latest
+    contents")."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(bytes(300_000))
+    with open(path, "rb") as expected:
+        async with aioring.open(path, "rb") as reader, aioring.open(path, "rb+") as writer:
+            assert await reader.read(10) == expected.read(10)
+            await writer.seek(100_000)
+            await writer.write(b"NEW!")
+            await writer.flush()
+            expected.seek(100_000)
+            await reader.seek(100_000)
+            assert expected.read(4) == b"NEW!"
+            assert await reader.read(4) == b"NEW!"
+
+
+async def test_read_after_external_truncate_returns_eof(disk_dir: str) -> None:
+    """Same root cause: after another process truncated the file, reads
+    inside the old window still return the removed bytes instead of b""."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(b"x" * 300_000)
+    with open(path, "rb") as expected:
+        async with aioring.open(path, "rb") as f:
+            assert await f.read(10) == expected.read(10)
+            os.truncate(path, 50_000)
+            expected.seek(60_000)
+            await f.seek(60_000)
+            assert expected.read(4) == b""
+            assert await f.read(4) == b""
+
+
+# -- concurrency ---------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["rb", "r"])
+async def test_concurrent_reads_never_read_synchronously(disk_dir: str, mode: str) -> None:
+    """Several tasks reading one file: each call's prefetch plan is computed
+    from the position when the call is made (`self._plan(...)` is an argument
+    of `_call`), not when it gets the file after the calls queued before it.
+    The window then misses the bytes the stdlib reads and RingFileIO falls
+    back to blocking preadv in the event loop (SYNC_READS grows by ~100)."""
+    path = Path(disk_dir, "f")
+    data = _pattern(1_000_000)
+    path.write_bytes(data)
+    kwargs: dict[str, Any] = {} if mode == "rb" else {"encoding": "latin-1", "newline": ""}
+    before = _file.SYNC_READS[0]
+    async with aioring.open(path, mode, **kwargs) as f:
+        parts = await asyncio.gather(*(f.read(10_000) for _ in range(101)))
+    joined = b"".join(parts) if mode == "rb" else "".join(parts).encode("latin-1")
+    assert joined == data
+    assert _file.SYNC_READS[0] == before
+
+
+# -- files opened by fd ----------------------------------------------------------
+
+async def test_fd_opened_file_reads_at_the_fd_offset(disk_dir: str) -> None:
+    """open(fd) uses the fd's current file offset (FileIO reads/writes with
+    read(2)/write(2)); RingFileIO starts its own position at 0 (or the size
+    in append mode) and uses pread/pwrite, so it reads the wrong bytes and
+    tell() is wrong."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(bytes(range(100)))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.lseek(fd, 50, os.SEEK_SET)
+        with open(fd, "rb", closefd=False) as g:
+            expected = (g.read(5), g.tell())
+        os.lseek(fd, 50, os.SEEK_SET)
+        async with aioring.open(fd, "rb", closefd=False) as f:
+            actual = (await f.read(5), await f.tell())
+        assert expected == (bytes(range(50, 55)), 55)
+        assert actual == expected
+    finally:
+        os.close(fd)
+
+
+async def test_fd_opened_file_advances_the_fd_offset(disk_dir: str) -> None:
+    """Data corruption: a header written through open(fd, closefd=False)
+    leaves the fd's offset after it, so the caller's next os.write appends.
+    aioring's pwrite leaves the offset at 0 and the next os.write overwrites
+    the header (file becomes b"body\\nr\\n")."""
+    path = Path(disk_dir, "f")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+    try:
+        async with aioring.open(fd, "wb", closefd=False) as f:
+            await f.write(b"header\n")
+        os.write(fd, b"body\n")
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"header\nbody\n"
+
+
+# -- close under backpressure ---------------------------------------------------
+
+async def test_cancelled_close_under_backpressure_closes_the_fd(disk_dir: str) -> None:
+    """drain() pops the queued close *before* awaiting IORING_OP_CLOSE.  When
+    the ring is full the close op waits in the ring's queue; if the task is
+    cancelled then, Ring.settle drops the op (it never reached the kernel) and
+    the close is gone: f.closed is True, the queue is empty, the fd stays open
+    for the life of the process (not even the finalizer closes it)."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(b"x")
+    before = _fds()
+    f = await aioring.open(path, "rb")
+    fd = f.fileno()
+    r, w = os.pipe()
+    blockers = [asyncio.ensure_future(_ops.read(r, 1)) for _ in range(aioring.statistics()["cq_entries"])]
+    try:
+        await asyncio.sleep(0)  # every pipe read is in flight: the ring is full
+        closing = asyncio.ensure_future(f.close())
+        await asyncio.sleep(0)
+        closing.cancel()
+        try:
+            await closing
+        except asyncio.CancelledError:
+            pass
+    finally:
+        for b in blockers:
+            b.cancel()
+        await asyncio.gather(*blockers, return_exceptions=True)
+        os.close(r)
+        os.close(w)
+    del f
+    gc.collect()
+    still_open = os.path.exists(f"/proc/self/fd/{fd}") and os.readlink(f"/proc/self/fd/{fd}") == str(path)
+    if still_open:
+        os.close(fd)  # do not leak it into later tests
+    assert not still_open, "the file's fd is still open after close() and gc"
+    assert _fds() == before
+
+
+# -- cancellation ----------------------------------------------------------------
+
+@pytest.mark.parametrize("buffering", [0, -1])
+async def test_cancelled_reader_is_cancelled(disk_dir: str, buffering: int) -> None:
+    """A task reading a file in 64 KiB chunks is cancelled: it goes on to EOF
+    and *returns normally*; the cancellation is lost (asyncio.timeout() does
+    not fire either).  Ring.settle (via _ops.result) swallows the
+    CancelledError when the op completed anyway and re-cancels the task on
+    the next iteration (_redeliver); but the task's next suspension is again
+    an awaited ring op whose settle swallows it again, and so on until the
+    task finishes, when _redeliver drops it (task.done()).  A loop that never
+    reaches EOF (read, seek(0), read, ...) can never be cancelled:
+    asyncio.wait_for on it hangs forever."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(_pattern(1 << 20) * 16)
+    chunks = [0]
+
+    async def copy() -> str:
+        async with aioring.open(path, "rb", buffering=buffering) as f:
+            while await f.read(65536):
+                chunks[0] += 1
+        return "completed normally"
+
+    task = asyncio.ensure_future(copy())
+    while chunks[0] < 2:
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        result = await task
+        pytest.fail(f"the cancelled task returned {result!r} after {chunks[0]} of 256 chunks")
+
+
+# -- failed flush ------------------------------------------------------------------
+
+async def test_failed_flush_keeps_the_unwritten_data(disk_dir: str) -> None:
+    """When a write fails (EFBIG here, ENOSPC/EDQUOT in real life) after a
+    partial write, BufferedWriter keeps what was not written and writes it at
+    the next flush/close.  RingFileIO.drain clears its whole queue on any
+    OSError: the rest of the data is silently lost (file has 50 bytes, not
+    100)."""
+    results = {}
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    try:
+        for side in ("stdlib", "aioring"):
+            path = Path(disk_dir, side)
+            f: Any = open(path, "wb") if side == "stdlib" else await aioring.open(path, "wb")
+            if side == "stdlib":
+                f.write(b"a" * 100)
+            else:
+                await f.write(b"a" * 100)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (50, limits[1]))
+            try:
+                with pytest.raises(OSError):
+                    if side == "stdlib":
+                        f.flush()
+                    else:
+                        await f.flush()
+            finally:
+                resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+            if side == "stdlib":
+                f.close()
+            else:
+                await f.close()
+            results[side] = path.stat().st_size
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert results == {"stdlib": 100, "aioring": 100}
+
+
+# -- argument checking in RingFileIO ---------------------------------------------
+
+@pytest.mark.parametrize("buffering", [0, -1])
+async def test_truncate_overflow_does_not_poison_the_file(disk_dir: str, buffering: int) -> None:
+    """truncate(2**63): builtin open raises OverflowError and the file stays
+    usable.  RingFileIO.truncate only rejects size < 0 and queues the
+    truncate; drain() then raises OverflowError (not OSError, so the entry is
+    never dropped) on this and *every* later call: writes are lost, close()
+    raises and never closes (with buffering=0 the fd leaks), and the
+    finalizer prints 'Exception ignored'."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(b"0123456789")
+    before = _fds()
+    f = await aioring.open(path, "rb+", buffering=buffering)
+    with pytest.raises(OverflowError):
+        await f.truncate(2**63)
+    try:
+        assert await f.write(b"X") == 1
+        await f.close()
+    finally:
+        if not f.closed:  # leave nothing behind for later tests
+            f._raw._queue.clear()
+            f._raw._defer = False
+            f._raw.close()
+    assert path.read_bytes() == b"X123456789"
+    assert _fds() == before
+
+
+async def test_unbuffered_seek_range_is_checked(disk_dir: str) -> None:
+    """FileIO.seek(2**63) raises OverflowError (off_t); RingFileIO.seek
+    accepts any int, so the position becomes 2**63 and the error surfaces
+    later, as a different exception, in an unrelated write."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(b"0123456789")
+    with open(path, "rb+", buffering=0) as g, pytest.raises(OverflowError):
+        g.seek(2**63)
+    async with aioring.open(path, "rb+", buffering=0) as f:
+        with pytest.raises(OverflowError):
+            await f.seek(2**63)
+
+
+@pytest.mark.parametrize(("name", "arg"), [("seek", 1.5), ("truncate", 1.5), ("read", 1.5)])
+async def test_unbuffered_bad_argument_type_is_type_error(disk_dir: str, name: str, arg: Any) -> None:
+    """buffering=0: FileIO raises TypeError for a float position/size;
+    RingFileIO calls `x.__index__()` directly and raises AttributeError
+    ("'float' object has no attribute '__index__'"), which `except
+    TypeError` does not catch."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(b"0123456789")
+    with open(path, "rb+", buffering=0) as g, pytest.raises(TypeError):
+        getattr(g, name)(arg)
+    async with aioring.open(path, "rb+", buffering=0) as f:
+        with pytest.raises(TypeError):
+            await getattr(f, name)(arg)
+
+
+async def test_unbuffered_readall_on_write_only_file(disk_dir: str) -> None:
+    """FileIO.readall() on a write-only file raises OSError(EBADF) ('[Errno 9]
+    Bad file descriptor'); RingFileIO.readall raises UnsupportedOperation
+    with errno None (a different type, errno and message)."""
+    path = Path(disk_dir, "f")
+    with open(path, "wb", buffering=0) as g, pytest.raises(OSError) as expected:
+        g.readall()
+    async with aioring.open(path, "wb", buffering=0) as f:
+        with pytest.raises(OSError) as actual:
+            await f.readall()
+    assert (type(actual.value), actual.value.errno, str(actual.value)) == \
+        (type(expected.value), expected.value.errno, str(expected.value))
+
+
+# -- large direct reads -----------------------------------------------------------
+
+async def test_large_read_leaves_the_buffer_as_builtin_open(disk_dir: str) -> None:
+    """BufferedReader.read(90660) with a 4096-byte buffer reads whole blocks
+    and keeps the tail of the last block buffered, so a following read1() or
+    peek() returns those 3548 bytes.  The direct path (_read_direct, reads of
+    64 KiB or more) leaves the buffer empty: read1()/peek() then return a
+    different amount (the differential tests require equality, but
+    only use files below 64 KiB)."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(_pattern(368_442))
+    with open(path, "rb", buffering=4096) as g:
+        expected = (g.read(90_660), g.read1(-1), g.peek(10)[:10])
+    async with aioring.open(path, "rb", buffering=4096) as f:
+        actual = (await f.read(90_660), await f.read1(-1), (await f.peek(10))[:10])
+    assert [len(x) for x in actual] == [len(x) for x in expected]
+    assert actual == expected
+
+
+# -- prefetch sized by the request, not by the file ----------------------------------
+
+@pytest.mark.parametrize(("mode", "call"), [("r", "read"), ("r", "readlines"), ("rb", "readlines")])
+async def test_huge_size_argument_allocates_nothing_big(disk_dir: str, mode: str, call: str) -> None:
+    """The prefetch allocates (and zeroes) a window as large as the request:
+    text read(n) plans n*4 bytes, readlines(hint) hint bytes, whatever the
+    file's size.  On a 12-byte file, text read(2**31) takes ~40 s (8 GiB
+    zeroed), read(2**33) raises MemoryError; builtin open returns the 12
+    characters at once.  Here: 2**24 and a memory bound."""
+    path = Path(disk_dir, "f")
+    path.write_text("hello\nworld\n")
+    with open(path, mode) as g:
+        tracemalloc.start()
+        try:
+            expected = getattr(g, call)(2**24)
+            stdlib_peak = tracemalloc.get_traced_memory()[1]  # text read(n) itself reserves n bytes
+        finally:
+            tracemalloc.stop()
+    async with aioring.open(path, mode) as f:
+        tracemalloc.start()
+        try:
+            actual = await getattr(f, call)(2**24)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert actual == expected
+    assert peak < stdlib_peak + (1 << 20), f"{peak} bytes allocated to read a 12-byte file"
+
+
+# -- quadratic line prefetch -----------------------------------------------------
+
+async def test_universal_newlines_cr_file_iterates_in_linear_time(disk_dir: str) -> None:
+    """newline=None (the default) ends lines at "\\r" too, but the line
+    prefetch (line_terminator) searches only for the encoded "\\n".  In a file
+    whose lines end with "\\r", every readline misses, refills the window
+    (copying the whole rest of the file) and reads past EOF again: O(n^2).
+    20 000 lines of 20 bytes take ~1.3 s, 25x the same file with "\\n" line
+    ends (~0.05 s); builtin open takes 4 ms.  The event loop is blocked all
+    that time (every ring read completes inline), so asyncio.wait_for cannot
+    even time it out."""
+    timings = {}
+    for term in (b"\n", b"\r"):
+        path = Path(disk_dir, f"f{len(timings)}")
+        path.write_bytes((b"0123456789abcdefghi" + term) * 20_000)
+        with open(path) as g:
+            expected = g.readlines()
+        start = time.perf_counter()
+        async with aioring.open(path) as f:
+            actual = [line async for line in f]
+        timings[term] = time.perf_counter() - start
+        assert actual == expected
+    assert timings[b"\r"] < 5 * timings[b"\n"] + 0.1, timings
