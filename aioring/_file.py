@@ -50,8 +50,25 @@ __all__ = ["RingFileIO", "open_stack", "ring_raw"]
 SYNC_READS = [0]  # reads the prefetch did not foresee; tests assert it stays 0
 
 # Writes through any RingFileIO of this process, per (st_dev, st_ino): a file
-# whose window predates the latest of them drops it.
+# whose window predates the latest of them drops it.  An entry lives while a
+# RingFileIO of that file is open (_OPEN counts them).
 _GENERATIONS: dict[tuple[int, int], int] = {}
+_OPEN: dict[tuple[int, int], int] = {}
+
+# Calls served without suspending (from the window, or ring operations that
+# completed at once) yield to the loop every this many, so that a task
+# iterating a file does not starve the others.
+YIELD_EVERY = 64
+_unyielded = [0]
+
+
+def pace() -> bool:
+    """Count one call; True when the caller should yield to the loop now."""
+    _unyielded[0] += 1
+    if _unyielded[0] >= YIELD_EVERY:
+        _unyielded[0] = 0
+        return True
+    return False
 _OFF_MAX = 2**63 - 1
 
 _INF = 1 << 62
@@ -92,6 +109,8 @@ class RingFileIO(io.FileIO):
         st = os.fstat(fd)
         self._key = (st.st_dev, st.st_ino)
         self._gen = _GENERATIONS.get(self._key, 0)
+        _OPEN[self._key] = _OPEN.get(self._key, 0) + 1
+        self._counted = True
         self._stamp: tuple[int, int, int] | None = None
         self.shared_offset = False  # opened from an fd: keep the fd's offset in step
         self.newline: str | None = None  # the text layer's newline argument, for line prefetch
@@ -316,9 +335,20 @@ class RingFileIO(io.FileIO):
     def flush(self) -> None:
         io.FileIO.flush(self)
 
+    def _uncount(self) -> None:
+        if self.__dict__.get("_counted"):
+            self._counted = False
+            left = _OPEN.get(self._key, 1) - 1
+            if left:
+                _OPEN[self._key] = left
+            else:
+                _OPEN.pop(self._key, None)
+                _GENERATIONS.pop(self._key, None)
+
     def close(self) -> None:
         if self.closed:
             return
+        self._uncount()
         if self._defer:
             try:
                 io.FileIO.close(self)  # closefd=False: marks it closed, the fd stays open

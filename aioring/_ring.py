@@ -268,6 +268,8 @@ class Ring:
         """
         if self._closed:
             raise RuntimeError("this io_uring is closed")
+        if _owed:
+            _deliver_owed()
         op = Op(None, prep, args, keep, finish, poll_mask)
         ops = self._ops
         if self._waiting or len(ops) >= self._limit:
@@ -614,18 +616,42 @@ class Ring:
             self._drop(op, -errno.ECANCELED)
 
 
+# Tasks that swallowed a cancellation to return a late result, and still owe
+# it: (message, Task.cancelling() then).  Their next ring operation raises it
+# instead of being submitted, or, if the task awaits something else first,
+# _redeliver cancels it again on the next loop iteration.  Without the first
+# rule a task whose every operation completes anyway (page-cache reads) would
+# never see its cancellation.
+_owed: dict[asyncio.Task[Any], tuple[Any, int | None]] = {}
+
+
 def _redeliver_later(exc: asyncio.CancelledError) -> None:
-    """The current task swallowed `exc` to return a late result: cancel it
-    again on the next loop iteration, unless it took the cancellation back."""
+    """The current task swallowed `exc` to return a late result: it owes it."""
     task = asyncio.current_task()
     if task is None:
         return
     cancelling = getattr(task, "cancelling", None)  # 3.11+
     pending = cancelling() if cancelling is not None else None
-    task.get_loop().call_soon(_redeliver, task, exc.args[0] if exc.args else None, pending)
+    msg = exc.args[0] if exc.args else None
+    _owed[task] = (msg, pending)
+    task.get_loop().call_soon(_redeliver, task, msg, pending)
+
+
+def _deliver_owed() -> None:
+    """In Ring.start: raise the cancellation the current task owes, if any
+    (unless it took it back meanwhile), before anything is submitted."""
+    task = asyncio.current_task()
+    if task is None or task not in _owed:
+        return
+    msg, pending = _owed.pop(task)
+    if pending is not None and getattr(task, "cancelling")() < pending:  # noqa: B009
+        return  # uncancelled meanwhile, e.g. by the timeout block it left
+    raise asyncio.CancelledError(msg) if msg is not None else asyncio.CancelledError()
 
 
 def _redeliver(task: asyncio.Task[Any], msg: Any, pending: int | None) -> None:
+    if _owed.pop(task, None) is None:
+        return  # raised by the task's next operation already
     if task.done():
         return  # it finished with the result: nothing left to cancel
     if pending is not None:  # 3.11+: Task.cancelling and Task.uncancel exist

@@ -11,7 +11,7 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from ._file import RingFileIO, ring_raw
+from ._file import RingFileIO, pace, ring_raw
 
 __all__ = ["AiofilesContextManager", "AsyncBase", "AsyncIndirectBase", "wrap"]
 
@@ -135,6 +135,8 @@ class AsyncBase:
                 else:
                     await raw.fill_line(plan[1], min(plan[2], limit), plan[3], plan[4],
                                         min(plan[5], limit))
+            if pace():
+                await asyncio.sleep(0)
             raw._defer = True
             try:
                 result = (getattr(file, name) if isinstance(name, str) else name)(*args)

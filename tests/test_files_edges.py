@@ -381,3 +381,47 @@ async def test_universal_newlines_cr_file_iterates_in_linear_time(disk_dir: str)
         timings[term] = time.perf_counter() - start
         assert actual == expected
     assert timings[b"\r"] < 5 * timings[b"\n"] + 0.1, timings
+
+
+async def test_endless_reader_can_be_timed_out(disk_dir: str) -> None:
+    """read, seek(0), read, ...: never at end of file; wait_for still ends it."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(_pattern(1 << 18))
+
+    async def forever() -> None:
+        async with aioring.open(path, "rb", buffering=0) as f:
+            while True:
+                await f.read(1 << 17)
+                await f.seek(0)
+
+    task = asyncio.ensure_future(forever())
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+@pytest.mark.parametrize("mode", ["r", "rb"])
+async def test_iterating_a_file_lets_other_tasks_run(disk_dir: str, mode: str) -> None:
+    """Lines served from the window complete without suspending: the file
+    object still yields to the loop every so often, as aiofiles' thread
+    hops do on every line."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(b"a line of text\n" * 20_000)
+    ticks = [0]
+    done = [False]
+
+    async def ticker() -> None:
+        while not done[0]:
+            ticks[0] += 1
+            await asyncio.sleep(0)
+
+    other = asyncio.ensure_future(ticker())
+    async with aioring.open(path, mode) as f:
+        count = 0
+        async for _ in f:
+            count += 1
+    done[0] = True
+    await other
+    assert count == 20_000
+    assert ticks[0] >= count // _file.YIELD_EVERY // 2

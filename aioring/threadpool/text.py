@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from .._file import _INF, RingFileIO, find_line_end, line_terminator
+from .._file import _INF, RingFileIO, find_line_end, line_terminator, pace
 from ..base import AsyncBase, AsyncIndirectBase, Plan
 
 __all__ = ["AsyncTextIOWrapper", "AsyncTextIndirectIOWrapper"]
@@ -105,6 +106,8 @@ class AsyncTextIOWrapper(AsyncBase):
     async def readline(self, size: Any = -1) -> str:
         raw = self._raw
         term = self._term
+        if pace():
+            await asyncio.sleep(0)  # iterating a file must not starve the other tasks
         if raw is not None and term is not None and size == -1 and not raw._busy and not raw._queue:
             # The next line, and what the stdlib may read past it, is in the
             # window already (the usual case when iterating): no plan needed.
