@@ -112,6 +112,7 @@ class RingFileIO(io.FileIO):
         _OPEN[self._key] = _OPEN.get(self._key, 0) + 1
         self._counted = True
         self._stamp: tuple[int, int, int] | None = None
+        self._fresh = False
         self.shared_offset = False  # opened from an fd: keep the fd's offset in step
         self.newline: str | None = None  # the text layer's newline argument, for line prefetch
         self.bufsize = io.DEFAULT_BUFFER_SIZE  # the buffered layer's size, for prefetch slack
@@ -183,6 +184,8 @@ class RingFileIO(io.FileIO):
         pos = self._pos
         n = len(out)
         if self._defer and n:
+            if not self._fresh:
+                self._validate()
             off = pos - self._wstart
             have = len(self._wbuf) - off
             # A read the window serves whole, or up to a known end of file:
@@ -223,6 +226,8 @@ class RingFileIO(io.FileIO):
         if not io.FileIO.readable(self):  # as FileIO.readall: read(2) says EBADF
             raise OSError(errno.EBADF, os.strerror(errno.EBADF))
         chunks = []
+        if self._defer and not self._fresh:
+            self._validate()
         while True:
             off = self._pos - self._wstart
             if self._defer and 0 <= off < len(self._wbuf) and self._weof:
@@ -433,10 +438,17 @@ class RingFileIO(io.FileIO):
             return
         if self.shared_offset:
             self._pos = os.lseek(self._fd, 0, os.SEEK_CUR)
-        if self._wbuf:
-            if _GENERATIONS.get(self._key, 0) != self._gen or self._stat_stamp() != self._stamp:
-                self._wbuf = bytearray()
-                self._wstart = self._pos
+        if self._wbuf and _GENERATIONS.get(self._key, 0) != self._gen:
+            self._wbuf = bytearray()
+            self._wstart = self._pos
+        self._fresh = False  # fstat is asked once, when the call first reads the window
+
+    def _validate(self) -> None:
+        """Drop the window if fstat shows the file changed since it was read."""
+        self._fresh = True
+        if self._wbuf and self._stat_stamp() != self._stamp:
+            self._wbuf = bytearray()
+            self._wstart = self._pos
 
     def end_call(self) -> None:
         if self.shared_offset and not (self.closed and self._owns_fd):
@@ -476,9 +488,11 @@ class RingFileIO(io.FileIO):
             return
         if self._queue:
             await self.drain()
-            buf = self._wbuf
-            ws = self._wstart
-            we = ws + len(buf)
+        if not self._fresh:
+            self._validate()
+        buf = self._wbuf
+        ws = self._wstart
+        we = ws + len(buf)
         keep = we - start if ws <= start <= we else 0
         if end >= _INF:  # to end of file: one byte more than its size shows where it ends
             want = max(self._size - start, keep) + 1
@@ -694,10 +708,11 @@ def line_terminator(encoding: str, newline: str | None) -> tuple[bytes, ...] | N
 def find_line_end(buf: bytearray, terms: tuple[bytes, ...], start: int) -> int:
     """The index just past the first of `terms` in buf[start:], or -1."""
     best = -1
+    stop = len(buf)
     for term in terms:
-        i = buf.find(term, start)
-        if i >= 0 and (best < 0 or i + len(term) < best):
-            best = i + len(term)
+        i = buf.find(term, start, stop)  # only an earlier end matters: search no further
+        if i >= 0:
+            best = stop = i + len(term)
     return best
 
 
