@@ -408,6 +408,24 @@ class RingFileIO(io.FileIO):
                 self._waiters.remove(waiter)
             raise
 
+    async def enter(self) -> bool:
+        """Start a wrapper call: take the file (True if that meant waiting for
+        other calls), finish what an earlier cancelled call left queued, and
+        begin_call.  The caller must release() when done, also on error."""
+        waited = self._busy
+        if waited:
+            await self.acquire()
+        else:
+            self._busy = True
+        try:
+            if self._queue:
+                await self.drain()
+            self.begin_call()
+        except BaseException:
+            self.release()
+            raise
+        return waited
+
     def release(self) -> None:
         waiters = self._waiters
         while waiters:

@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from ._file import RingFileIO, pace, ring_raw
 
-__all__ = ["AiofilesContextManager", "AsyncBase", "AsyncIndirectBase", "wrap"]
+__all__ = ["AiofilesContextManager", "AsyncBase", "AsyncFileBase", "AsyncIndirectBase", "wrap"]
 
 _T = TypeVar("_T")
 _INF = 1 << 62
@@ -109,16 +109,9 @@ class AsyncBase:
             assert isinstance(name, str)
             return await self._executor_call(name, *args)
         file = self._file
-        if raw._busy:
-            await raw.acquire()
-            # The calls before this one moved the position: plan again.
-            plan = self._replan(name, args)
-        else:
-            raw._busy = True
+        if await raw.enter():
+            plan = self._replan(name, args)  # the calls before this one moved the position
         try:
-            if raw._queue:
-                await raw.drain()
-            raw.begin_call()
             if size_fresh or raw._append:
                 if not raw.closed:
                     raw.refresh_size()
@@ -150,6 +143,47 @@ class AsyncBase:
         finally:
             raw.release()
         return result
+
+
+class AsyncFileBase(AsyncBase):
+    """What the binary and the text file classes share."""
+
+    async def tell(self) -> int:
+        return await self._call("tell", None)
+
+    async def truncate(self, size: Any = None) -> int:
+        return await self._call("truncate", None, size)
+
+    async def flush(self) -> None:
+        await self._call("flush", None)
+
+    async def close(self) -> None:
+        await self._call("close", None)
+
+    async def isatty(self) -> bool:
+        return await self._call("isatty", None)
+
+    async def seekable(self) -> bool:
+        return await self._call("seekable", None)
+
+    async def writable(self) -> bool:
+        return await self._call("writable", None)
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    @property
+    def name(self) -> Any:
+        return self._file.name
+
+    @property
+    def mode(self) -> str:
+        return self._file.mode
+
 
 class AsyncIndirectBase(AsyncBase):
     """An async file whose underlying object is looked up at every call

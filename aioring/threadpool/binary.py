@@ -7,7 +7,7 @@ from typing import Any
 
 from .._file import _DIRECT_READ, _INF, RingFileIO, read_direct, readinto_direct
 from .._ops import write as _ring_write
-from ..base import AsyncBase, AsyncIndirectBase, Plan
+from ..base import AsyncFileBase, AsyncIndirectBase, Plan
 
 __all__ = ["AsyncBufferedIOBase", "AsyncBufferedReader", "AsyncFileIO", "AsyncIndirectBufferedIOBase",
            "AsyncIndirectBufferedReader", "AsyncIndirectFileIO"]
@@ -21,7 +21,7 @@ def _nbytes(b: Any) -> int:
         return m.nbytes
 
 
-class _BinaryBase(AsyncBase):
+class _BinaryBase(AsyncFileBase):
     """What the buffered and the raw binary classes share."""
 
     # -- prefetch plans: which bytes a stdlib call can read ------------------
@@ -105,44 +105,9 @@ class _BinaryBase(AsyncBase):
     async def seek(self, offset: Any, whence: int = 0) -> int:
         return await self._call("seek", None, offset, whence, size_fresh=whence == 2)
 
-    async def tell(self) -> int:
-        return await self._call("tell", None)
-
-    async def truncate(self, size: Any = None) -> int:
-        return await self._call("truncate", None, size)
-
-    async def flush(self) -> None:
-        await self._call("flush", None)
-
-    async def close(self) -> None:
-        await self._call("close", None)
-
-    async def isatty(self) -> bool:
-        return await self._call("isatty", None)
-
-    async def seekable(self) -> bool:
-        return await self._call("seekable", None)
-
-    async def writable(self) -> bool:
-        return await self._call("writable", None)
-
     def readable(self) -> bool:
         return self._file.readable()
 
-    def fileno(self) -> int:
-        return self._file.fileno()
-
-    @property
-    def closed(self) -> bool:
-        return self._file.closed
-
-    @property
-    def name(self) -> Any:
-        return self._file.name
-
-    @property
-    def mode(self) -> str:
-        return self._file.mode
 
 
 class AsyncBufferedIOBase(_BinaryBase):
@@ -281,14 +246,8 @@ class AsyncFileIO(_BinaryBase):
 
     async def _direct(self, raw: RingFileIO, func: Callable[..., Coroutine[Any, Any, Any]],
                       arg: Any) -> Any:
-        if raw._busy:
-            await raw.acquire()
-        else:
-            raw._busy = True
+        await raw.enter()
         try:
-            if raw._queue:
-                await raw.drain()
-            raw.begin_call()
             try:
                 result = await func(raw, arg)
                 if func is not _write_at_position:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._file import _INF, RingFileIO, find_line_end, line_terminator, pace
-from ..base import AsyncBase, AsyncIndirectBase, Plan
+from ..base import AsyncFileBase, AsyncIndirectBase, Plan
 
 __all__ = ["AsyncTextIOWrapper", "AsyncTextIndirectIOWrapper"]
 
@@ -17,7 +17,7 @@ _MAX_BYTES_PER_CHAR = 4
 _MASK64 = (1 << 64) - 1
 
 
-class AsyncTextIOWrapper(AsyncBase):
+class AsyncTextIOWrapper(AsyncFileBase):
     """The async io.TextIOWrapper (every text mode)."""
 
     def __init__(self, file: Any, loop: Any, executor: Any) -> None:
@@ -147,32 +147,8 @@ class AsyncTextIOWrapper(AsyncBase):
         return await self._call("seek", self._seek_plan(cookie, whence), cookie, whence,
                                 size_fresh=whence == 2)
 
-    async def tell(self) -> int:
-        return await self._call("tell", None)
-
-    async def truncate(self, pos: Any = None) -> int:
-        return await self._call("truncate", None, pos)
-
-    async def flush(self) -> None:
-        await self._call("flush", None)
-
-    async def close(self) -> None:
-        await self._call("close", None)
-
-    async def isatty(self) -> bool:
-        return await self._call("isatty", None)
-
     async def readable(self) -> bool:
         return await self._call("readable", None)
-
-    async def seekable(self) -> bool:
-        return await self._call("seekable", None)
-
-    async def writable(self) -> bool:
-        return await self._call("writable", None)
-
-    def fileno(self) -> int:
-        return self._file.fileno()
 
     def detach(self) -> Any:
         return self._file.detach()
@@ -180,10 +156,6 @@ class AsyncTextIOWrapper(AsyncBase):
     @property
     def buffer(self) -> Any:
         return self._file.buffer
-
-    @property
-    def closed(self) -> bool:
-        return self._file.closed
 
     @property
     def encoding(self) -> str:
@@ -200,14 +172,6 @@ class AsyncTextIOWrapper(AsyncBase):
     @property
     def newlines(self) -> Any:
         return self._file.newlines
-
-    @property
-    def name(self) -> Any:
-        return self._file.name
-
-    @property
-    def mode(self) -> str:
-        return self._file.mode
 
 
 class AsyncTextIndirectIOWrapper(AsyncIndirectBase, AsyncTextIOWrapper):
