@@ -38,25 +38,27 @@ import asyncio
 import gc
 import json
 import os
-import platform
 import random
 import re
 import shutil
 import statistics
 import string
-import subprocess
 import sys
 import time
 import traceback
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from benchlib import (
+    GIB, KIB, MB, MIB, REPO, Meter, ensure_dir, error_text, git_state, log, machine_info, machine_line,
+    mem_available, mount_of, open_fds, parse_list, preset_value, require_space, run_in_new_loop, spread_note,
+    uvloop, version, warm_file, write_json, write_random,
+)
+
 try:
     import aioring
     import aioring.os
@@ -71,14 +73,7 @@ try:
 except ImportError:
     aiofiles = None  # type: ignore[assignment]
 
-try:
-    import uvloop
-except ImportError:
-    uvloop = None  # type: ignore[assignment]
 
-
-KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
-MB = 1_000_000
 CHUNK = MIB  # read size of the big-file workload
 SMALL = 4 * KIB  # size of each small file
 ASYNC_IMPLS = ("aioring", "aiofiles")
@@ -98,10 +93,6 @@ QUICK: dict[str, Any] = {"read_size": 64 * MIB, "files": 1_000, "text_size": 10 
 TEXT_FORMAT = 1  # bump when make_text changes, so old text files are not reused
 
 
-def log(message: str, end: str = "\n") -> None:
-    print(message, end=end, file=sys.stderr, flush=True)
-
-
 # ----------------------------------------------------------------- arguments
 def parse_size(text: str) -> int:
     """'1G', '1GiB', '64M' -> binary units; '100MB', '10kB' -> decimal; '4096' -> bytes."""
@@ -114,16 +105,6 @@ def parse_size(text: str) -> int:
     power = "kmg".index(prefix.lower()) + 1
     decimal = bool(byte) and not binary  # "MB" is 10^6, "M" and "MiB" are 2^20
     return int(number) * ((1000 if decimal else 1024) ** power)
-
-
-def parse_list(choices: Sequence[str]) -> Callable[[str], list[str]]:
-    def parse(text: str) -> list[str]:
-        items = [item.strip() for item in text.split(",") if item.strip()]
-        bad = [item for item in items if item not in choices]
-        if bad or not items:
-            raise argparse.ArgumentTypeError(f"choose from {','.join(choices)}, not {text!r}")
-        return [c for c in choices if c in items]  # canonical order, no duplicates
-    return parse
 
 
 def positive(text: str) -> int:
@@ -146,93 +127,6 @@ def human(size: int) -> str:
     return f"{size:,} B"
 
 
-# --------------------------------------------------------------- environment
-def mount_of(path: Path) -> tuple[str, str]:
-    """(mount point, filesystem type) that holds `path`, from /proc/mounts."""
-    real = os.path.realpath(path)
-    best = ("", "unknown")
-    try:
-        with open("/proc/mounts") as mounts:
-            for line in mounts:
-                fields = line.split()
-                if len(fields) < 3:
-                    continue
-                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[1])
-                if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) >= len(best[0]):
-                    best = (point, fields[2])
-    except OSError:
-        pass
-    return best
-
-
-def mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def git_state() -> str:
-    """The checkout's commit, and whether aioring/ has uncommitted changes (the numbers are of those)."""
-    def git(*args: str) -> str:
-        try:
-            done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
-                                  timeout=10, check=False)
-        except (OSError, subprocess.SubprocessError):
-            return ""
-        return done.stdout.strip() if done.returncode == 0 else ""
-    commit = git("rev-parse", "--short", "HEAD")
-    if not commit:
-        return "not a git checkout"
-    dirty = git("status", "--porcelain", "--", "aioring").splitlines()
-    return f"{commit}, aioring/ " + (f"with {len(dirty)} uncommitted changed files" if dirty else "clean")
-
-
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def machine_busy() -> float:
-    """Busy CPU seconds of the whole machine so far (all processes), from /proc/stat."""
-    try:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:8]]
-    except (OSError, ValueError):
-        return 0.0
-    user, nice, system, _idle, _iowait, irq, softirq = v
-    return (user + nice + system + irq + softirq) / _TICK
-
-
-class Meter:
-    """Wall time, this process's CPU (all its threads) and the rest of the machine's CPU."""
-
-    def __enter__(self) -> Meter:
-        gc.collect()
-        self.busy0 = machine_busy()
-        self.cpu0 = time.process_time()
-        self.t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.wall = time.perf_counter() - self.t0
-        self.cpu = time.process_time() - self.cpu0
-        self.other = max(0.0, machine_busy() - self.busy0 - self.cpu)  # tick resolution: approximate
-
-
 # ---------------------------------------------------------------- test data
 @dataclass
 class Data:
@@ -253,24 +147,6 @@ class Data:
     stat_sizes: list[int] = field(default_factory=list)
 
 
-def ensure_dir(data_dir: Path) -> None:
-    if not data_dir.exists():
-        data_dir.mkdir(parents=True)
-        if data_dir.resolve().is_relative_to(REPO):
-            (data_dir / ".gitignore").write_text("*\n")  # keep the data out of git
-
-
-def warm_file(path: str) -> float:
-    """Read the whole file (untimed) so it is in the page cache; returns MB/s of that read."""
-    buf = bytearray(4 * MIB)
-    start = time.perf_counter()
-    total = 0
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            total += n
-    return total / MB / max(time.perf_counter() - start, 1e-9)
-
-
 def prepare_big(data: Data, size: int) -> None:
     name = f"aiofiles_ops_{size // MIB}MiB.bin" if size % MIB == 0 else f"aiofiles_ops_{size}B.bin"
     path = data.data_dir / name
@@ -279,19 +155,10 @@ def prepare_big(data: Data, size: int) -> None:
         log(f"WARNING: the {human(size)} file is large next to MemAvailable ({available // MIB} MiB); "
             "it may not stay in the page cache and the read workload would measure the disk.")
     if not path.exists() or path.stat().st_size != size:
-        vfs = os.statvfs(data.data_dir)
-        if vfs.f_bavail * vfs.f_frsize < size + 256 * MIB:
-            sys.exit(f"error: not enough free space in {data.data_dir} for a {human(size)} file")
+        require_space(data.data_dir, size + 256 * MIB,
+                      f"error: not enough free space in {data.data_dir} for a {human(size)} file")
         log(f"creating {path} ({human(size)} of random bytes) ...")
-        partial = path.with_name(path.name + ".partial")
-        rng = random.Random(size)
-        with open(partial, "wb") as out:
-            left = size
-            while left:
-                n = min(left, 4 * MIB)
-                out.write(rng.randbytes(n))
-                left -= n
-        partial.replace(path)
+        write_random(path, path.with_name(path.name + ".partial"), size, random.Random(size).randbytes)
     data.big, data.big_size = str(path), size
     log(f"big file {path}: warm read {warm_file(data.big):,.0f} MB/s (page cache)")
 
@@ -607,27 +474,6 @@ def sync_job(data: Data, case: Case) -> Callable[[], int]:
     return lambda: sync_stat(data.stat_paths)
 
 
-def new_loop(name: str) -> asyncio.AbstractEventLoop:
-    if name == "uvloop":
-        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-        return loop
-    return asyncio.new_event_loop()  # asyncio's default (selector) loop
-
-
-def run_in_new_loop(loop_name: str, coro_fn: Callable[[], Awaitable[Any]], timeout: float) -> Any:
-    """Run one coroutine on a fresh event loop, closed afterwards (with its ring or threads)."""
-    loop = new_loop(loop_name)
-    asyncio.set_event_loop(loop)
-    try:
-        return loop.run_until_complete(asyncio.wait_for(coro_fn(), timeout))
-    finally:
-        try:
-            loop.run_until_complete(loop.shutdown_default_executor())
-        finally:
-            asyncio.set_event_loop(None)
-            loop.close()
-
-
 async def warm_up(mod: ModuleType, data: Data) -> None:
     """Untimed, at the start of every async run: creates the ring, starts the executor's threads."""
     await asyncio.gather(*(mod.os.stat(data.probe) for _ in range(32)))
@@ -659,7 +505,7 @@ def run_sample(s: Sample, data: Data, case: Case, timeout: float) -> None:
         if case.workload == "small":
             remove_small(data)
         s.fd_delta = open_fds() - fds
-    s.wall_s, s.cpu_s, s.other_cpu_s = meter.wall, meter.cpu, meter.other
+    meter.fill(s)
     check(data, case, s.impl, result)
     scale = MB if case.workload == "read" else 1
     s.rate = s.units / scale / s.wall_s
@@ -850,9 +696,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=positive, default=None,
                         help="interleaved repetitions; medians are reported (default 3)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write raw samples and medians here")
-    parser.add_argument("--loop", type=parse_list(ALL_LOOPS), default=["asyncio"],
+    parser.add_argument("--loop", type=parse_list(ALL_LOOPS, canonical=True), default=["asyncio"],
                         help="comma-separated event loops: asyncio (the default), uvloop, or both")
-    parser.add_argument("--workloads", type=parse_list(ALL_WORKLOADS), default=list(ALL_WORKLOADS),
+    parser.add_argument("--workloads", type=parse_list(ALL_WORKLOADS, canonical=True),
+                        default=list(ALL_WORKLOADS),
                         help="comma-separated subset of " + ",".join(ALL_WORKLOADS) + " (default all)")
     parser.add_argument("--tasks", type=positive, default=32,
                         help="concurrent tasks of the small-file and stat workloads' second row (default 32)")
@@ -876,11 +723,11 @@ def main(argv: list[str] | None = None) -> int:
                      + ", ".join(f"{w} x{s:g}" for w, s in AIOFILES_SHARE.items()) + ".")
     args = parser.parse_args(argv)
     preset = QUICK if args.quick else DEFAULTS
-    read_size = args.read_size if args.read_size is not None else preset["read_size"]
-    nfiles = args.files if args.files is not None else preset["files"]
-    text_size = args.text_size if args.text_size is not None else preset["text_size"]
-    nstats = args.stats if args.stats is not None else preset["stats"]
-    repeat = args.repeat if args.repeat is not None else preset["repeat"]
+    read_size = preset_value(args, preset, "read_size")
+    nfiles = preset_value(args, preset, "files")
+    text_size = preset_value(args, preset, "text_size")
+    nstats = preset_value(args, preset, "stats")
+    repeat = preset_value(args, preset, "repeat")
     if read_size < 1 or text_size < 1:
         parser.error("sizes must be positive")
     if aiofiles is None:
@@ -951,7 +798,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 run_sample(s, data, case, args.timeout)
             except Exception as exc:
-                s.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                s.error = error_text(exc)
                 s.traceback = traceback.format_exc()
                 log(f"FAILED: {s.error}")
             else:
@@ -980,11 +827,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = {w: {impl: count_for({"small": nfiles, "stat": nstats}.get(w, 1), w, impl) for impl in IMPLS}
               for w in workloads}
     meta: dict[str, Any] = {
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "kernel": platform.release(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)),
+        **machine_info(),
         "aioring_backend": aioring.backend(),
         "aioring_checkout": git_state(),
         "versions": {d: version(d) for d in ("aioring", "aiofiles", "uvloop")},
@@ -1007,8 +850,7 @@ def main(argv: list[str] | None = None) -> int:
         "runtime_s": elapsed,
     }
     v = meta["versions"]
-    print(f"python {meta['python']} | kernel {meta['kernel']} ({meta['machine']}, "
-          f"{meta['cpus_usable']}/{meta['cpus']} CPUs) | aioring {v['aioring']} "
+    print(f"{machine_line(meta)} | aioring {v['aioring']} "
           f"(backend {meta['aioring_backend']}; git {meta['aioring_checkout']}) | aiofiles {v['aiofiles']} "
           f"| uvloop {v['uvloop']}")
     print(f"data in {args.data_dir} ({data.fstype}){' | --quick sizes' if args.quick else ''}")
@@ -1043,11 +885,9 @@ def main(argv: list[str] | None = None) -> int:
         if other > 0.1:
             note += " (other processes: results are noisier than on an idle machine)"
         notes.append(note)
-    spread = [(row["rate_max"] / row["rate_min"] - 1, key) for key, row in medians.items()
-              if row.get("runs", 0) > 1 and row.get("rate_min")]
+    spread = spread_note(medians.items(), "rate", lambda k: f"{k[0]}, {k[1]}, loop {k[2]}")
     if spread:
-        worst, (case_key, impl, loop) = max(spread)
-        notes.append(f"largest max/min spread between repeats: {worst:.0%} ({case_key}, {impl}, loop {loop})")
+        notes.append("largest " + spread)
     leaks = [s for s in samples if s.fd_delta]
     if leaks or leftover_fds:
         notes.append(f"FD LEAK: {leftover_fds:+d} fds open after all runs vs before; runs that changed the "
@@ -1073,12 +913,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\ntraceback of {s.case} {s.impl} loop={s.loop}:\n{s.traceback}")
     print(f"total runtime {elapsed:.1f} s")
 
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump({"meta": meta, "verification": verification, "samples": [asdict(s) for s in samples],
-                       "medians": list(medians.values()), "targets": verdicts}, f, indent=1)
-        print(f"results written to {args.json}")
+    write_json(args.json, {"meta": meta, "verification": verification,
+                           "samples": [asdict(s) for s in samples],
+                           "medians": list(medians.values()), "targets": verdicts})
     return 1 if failed or failed_checks else 0
 
 

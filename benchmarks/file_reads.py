@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import os
-import platform
 import random
 import re
 import statistics
@@ -36,12 +34,15 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from benchlib import (
+    MIB, REPO, Meter, ensure_dir, error_text, iou_thread_cpu, log, machine_info, machine_line,
+    mem_available, mount_of, new_loop, open_fds, optional, parse_list, preset_value, require_space,
+    run_in_new_loop, spread_note, uvloop, version, warm_file, write_json, write_random,
+)
+
 try:
     import aioring
 except ImportError:  # not installed: use the checkout this script lives in
@@ -50,7 +51,6 @@ except ImportError:  # not installed: use the checkout this script lives in
 
 
 BLOCK = 4096
-MIB = 1 << 20
 ALL_TASKS = (1, 16, 64, 256)
 ALL_LOOPS = ("asyncio", "uvloop")
 ASYNC_VARIANTS = ("aioring", "aiofile", "aiofiles", "executor")
@@ -67,10 +67,6 @@ QUICK: dict[str, Any] = {"file_size": 16 * MIB, "ops": 2_000, "repeat": 2}
 Reader = Callable[[Sequence[int]], Awaitable[int]]
 
 
-def log(message: str, end: str = "\n") -> None:
-    print(message, end=end, file=sys.stderr, flush=True)
-
-
 # --------------------------------------------------------------------- setup
 def parse_size(text: str) -> int:
     """'256M', '1G', '65536', '64k' -> bytes."""
@@ -78,16 +74,6 @@ def parse_size(text: str) -> int:
     if not match:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 256M, 1G)")
     return int(match[1]) * {"": 1, "k": 1 << 10, "m": MIB, "g": 1 << 30}[match[2].lower()]
-
-
-def parse_list(choices: Sequence[str]) -> Callable[[str], list[str]]:
-    def parse(text: str) -> list[str]:
-        items = [item.strip() for item in text.split(",") if item.strip()]
-        bad = [item for item in items if item not in choices]
-        if bad or not items:
-            raise argparse.ArgumentTypeError(f"choose from {','.join(choices)}, not {text!r}")
-        return items
-    return parse
 
 
 def parse_tasks(text: str) -> list[int]:
@@ -100,43 +86,9 @@ def parse_tasks(text: str) -> list[int]:
     return tasks
 
 
-def mount_of(path: Path) -> tuple[str, str]:
-    """(mount point, filesystem type) that holds `path`, from /proc/mounts."""
-    real = os.path.realpath(path)
-    best = ("", "unknown")
-    try:
-        with open("/proc/mounts") as mounts:
-            for line in mounts:
-                fields = line.split()
-                if len(fields) < 3:
-                    continue
-                # Mount points escape blanks as octal (\040).
-                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[1])
-                inside = real == point or real.startswith(point.rstrip("/") + "/")
-                if inside and len(point) >= len(best[0]):  # later (over)mounts win ties
-                    best = (point, fields[2])
-    except OSError:
-        pass
-    return best
-
-
-def mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def prepare_file(data_dir: Path, size: int) -> tuple[Path, str]:
     """Create the data file once (random bytes), then read it fully to warm the page cache."""
-    if not data_dir.exists():
-        data_dir.mkdir(parents=True)
-        if data_dir.resolve().is_relative_to(REPO):
-            (data_dir / ".gitignore").write_text("*\n")  # keep the data out of git
+    ensure_dir(data_dir)
     point, fstype = mount_of(data_dir)
     if fstype in ("tmpfs", "ramfs"):
         log(f"WARNING: {data_dir} is on {fstype} ({point}), not a real disk; "
@@ -149,56 +101,22 @@ def prepare_file(data_dir: Path, size: int) -> tuple[Path, str]:
     path = data_dir / f"file_reads_{size // MIB}MiB.bin" if size % MIB == 0 \
         else data_dir / f"file_reads_{size}B.bin"
     if not path.exists() or path.stat().st_size != size:
-        vfs = os.statvfs(data_dir)
-        if vfs.f_bavail * vfs.f_frsize < size + 64 * MIB:
-            sys.exit(f"error: not enough free space in {data_dir} for a {size / MIB:.0f} MiB file")
+        require_space(data_dir, size + 64 * MIB,
+                      f"error: not enough free space in {data_dir} for a {size / MIB:.0f} MiB file")
         log(f"creating {path} ({size / MIB:.0f} MiB) ...")
-        partial = path.with_suffix(".partial")
-        with open(partial, "wb") as out:
-            left = size
-            while left:
-                chunk = min(left, 4 * MIB)
-                out.write(os.urandom(chunk))
-                left -= chunk
-        partial.replace(path)
+        write_random(path, path.with_suffix(".partial"), size, os.urandom)
 
     start = time.perf_counter()
-    buf = bytearray(4 * MIB)
-    with open(path, "rb", buffering=0) as f:
-        while f.readinto(buf):
-            pass
+    warm_file(path)
     elapsed = time.perf_counter() - start
     log(f"warmed the page cache: {size / MIB:.0f} MiB in {elapsed:.2f} s")
     return path, fstype
 
 
 # ----------------------------------------------------------------- optional
-def optional(name: str) -> ModuleType | None:
-    try:
-        return __import__(name)
-    except ImportError:
-        return None
-
-
-uvloop = optional("uvloop")
 aiofiles = optional("aiofiles")
 aiofile = optional("aiofile")
 PEER_MODULES = {"uvloop": uvloop, "aiofiles": aiofiles, "aiofile": aiofile}
-
-
-def version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def new_loop(name: str) -> asyncio.AbstractEventLoop:
-    if name == "uvloop":
-        assert uvloop is not None
-        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-        return loop
-    return asyncio.new_event_loop()  # asyncio's default (selector) loop
 
 
 def caio_backend() -> str:
@@ -308,66 +226,6 @@ class Sample:
     error: str | None = None
 
 
-def iou_thread_cpu() -> dict[int, int]:
-    """CPU ns of this process's io_uring kernel threads (SQPOLL iou-sqp-*, io-wq iou-wrk-*).
-
-    They belong to the process, so time.process_time() includes them too;
-    this only tells how much of it they account for.
-    """
-    out: dict[int, int] = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                if not f.read().startswith("iou-"):
-                    continue
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                out[int(tid)] = int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
-
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def machine_cpu() -> tuple[float, float]:
-    """(busy, steal) CPU seconds of the whole machine so far, from /proc/stat."""
-    try:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return 0.0, 0.0
-    user, nice, system, _idle, _iowait, irq, softirq, steal = v
-    return (user + nice + system + irq + softirq) / _TICK, steal / _TICK
-
-
-class Meter:
-    """Wall, process CPU, io_uring-thread CPU and the machine's other load over one timed section."""
-
-    def __enter__(self) -> Meter:
-        self.iou0 = iou_thread_cpu()
-        self.busy0, self.steal0 = machine_cpu()
-        self.cpu0 = time.process_time()
-        self.t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.wall = time.perf_counter() - self.t0
-        self.cpu = time.process_time() - self.cpu0
-        busy, steal = machine_cpu()
-        self.iou = iou_delta(self.iou0, iou_thread_cpu())
-        self.other = max(0.0, busy - self.busy0 - self.cpu)  # tick resolution: approximate
-        self.steal = steal - self.steal0
-
-    def fill(self, sample: Sample) -> None:
-        sample.wall_s, sample.cpu_s, sample.iou_cpu_s = self.wall, self.cpu, self.iou
-        sample.other_cpu_s, sample.steal_s = self.other, self.steal
-
-
-def iou_delta(before: dict[int, int], after: dict[int, int]) -> float:
-    return sum(ns - before.get(tid, 0) for tid, ns in after.items()) / 1e9
-
-
 _COUNTERS = ("submit_calls", "wakeups", "completions", "backpressured", "cancels")
 
 
@@ -384,8 +242,7 @@ async def measure(sample: Sample, path: Path, offsets: Sequence[int], warm: Sequ
         shares = [offsets[i::ntasks] for i in range(ntasks)]
         coros = [r(share) for r, share in zip(readers, shares, strict=True)]
         ring0 = aioring.statistics() if variant == "aioring" else {}
-        gc.collect()
-        with Meter() as meter:
+        with Meter(detail=True) as meter:
             totals = await asyncio.gather(*coros)
         meter.fill(sample)
         if variant == "aioring":
@@ -398,17 +255,8 @@ async def measure(sample: Sample, path: Path, offsets: Sequence[int], warm: Sequ
 def run_async(sample: Sample, path: Path, offsets: Sequence[int], warm: Sequence[int],
               timeout: float) -> None:
     """One measurement on a fresh event loop (closed afterwards, with whatever rings it made)."""
-    loop = new_loop(sample.loop)
-    asyncio.set_event_loop(loop)  # aiofile looks its context up with get_event_loop()
-    try:
-        # The timeout covers opening and warm-up too: a hang anywhere becomes a failed run.
-        loop.run_until_complete(asyncio.wait_for(measure(sample, path, offsets, warm), timeout))
-    finally:
-        try:
-            loop.run_until_complete(loop.shutdown_default_executor())
-        finally:
-            asyncio.set_event_loop(None)
-            loop.close()
+    # The timeout covers opening and warm-up too: a hang anywhere becomes a failed run.
+    run_in_new_loop(sample.loop, lambda: measure(sample, path, offsets, warm), timeout)
 
 
 def run_sync(sample: Sample, path: Path, offsets: Sequence[int]) -> None:
@@ -416,8 +264,7 @@ def run_sync(sample: Sample, path: Path, offsets: Sequence[int]) -> None:
     try:
         pread = os.pread
         total = 0
-        gc.collect()
-        with Meter() as meter:
+        with Meter(detail=True) as meter:
             for off in offsets:
                 total += len(pread(fd, BLOCK, off))
         meter.fill(sample)
@@ -574,11 +421,9 @@ def notes(medians: dict[tuple[str, str, int], dict[str, Any]], samples: list[Sam
         if other > 0.1 or steal > 0.05 or busy:
             line += " Results are noisier than on an idle machine."
         out.append(line)
-    spread = [(r["ops_per_s_max"] / r["ops_per_s_min"] - 1, k) for k, r in medians.items()
-              if r.get("runs", 0) > 1 and r.get("ops_per_s_min")]
+    spread = spread_note(medians.items(), "ops_per_s", lambda k: f"{k[0]}, {k[1]}, T={k[2]}")
     if spread:
-        worst, (v, lp, t) = max(spread)
-        out.append(f"Largest max/min spread between repeats: {worst:.0%} ({v}, {lp}, T={t}).")
+        out.append(f"Largest {spread}.")
     return "\n".join(out)
 
 
@@ -613,9 +458,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, metavar="PATH", help="write raw and median results here")
     args = parser.parse_args(argv)
     preset = QUICK if args.quick else DEFAULTS
-    file_size = args.file_size if args.file_size is not None else preset["file_size"]
-    base_ops = args.ops if args.ops is not None else preset["ops"]
-    repeat = args.repeat if args.repeat is not None else preset["repeat"]
+    file_size = preset_value(args, preset, "file_size")
+    base_ops = preset_value(args, preset, "ops")
+    repeat = preset_value(args, preset, "repeat")
     if file_size < BLOCK or file_size % BLOCK:
         parser.error("--file-size must be a positive multiple of 4096")
     if base_ops < 1 or repeat < 1:
@@ -663,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     offsets = [rng.randrange(nblocks) * BLOCK for _ in range(max(ops.values()))]
     warm = [rng.randrange(nblocks) * BLOCK for _ in range(2 * max(args.tasks))]
 
-    fds_before = len(os.listdir("/proc/self/fd"))
+    fds_before = open_fds()
     configs: list[tuple[str, str, int]] = []
     for v in variants:
         if v == "sync":
@@ -686,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     run_async(s, path, part, warm[:2 * t], args.timeout)
             except Exception as exc:
-                s.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                s.error = error_text(exc)
                 log(f"FAILED: {s.error}")
             else:
                 s.ops_per_s = s.ops / s.wall_s
@@ -697,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     medians = median_rows(samples)
     gc.collect()
     # Every loop is closed by now: anything left over is a leak worth mentioning.
-    leftovers = {"fds": len(os.listdir("/proc/self/fd")) - fds_before,
+    leftovers = {"fds": open_fds() - fds_before,
                  "io_uring_threads": len(iou_thread_cpu())}
     elapsed = time.perf_counter() - started
 
@@ -709,11 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         sq = "" if aiofile_extra is None else (", SQPOLL on" if aiofile_extra["sqpoll"] else ", SQPOLL off")
         caio_info = f"{impl}{sq}"
     meta: dict[str, Any] = {
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "kernel": platform.release(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)),
+        **machine_info(),
         "aioring_backend": backend,
         "versions": {d: version(d) for d in ("aioring", "uvloop", "aiofiles", "aiofile", "caio")},
         "aiofile_caio_backend": caio_info,
@@ -732,8 +573,7 @@ def main(argv: list[str] | None = None) -> int:
         "runtime_s": elapsed,
     }
     v = meta["versions"]
-    print(f"python {meta['python']} | kernel {meta['kernel']} ({meta['machine']}, "
-          f"{meta['cpus_usable']}/{meta['cpus']} CPUs) | aioring.backend() = {backend}")
+    print(f"{machine_line(meta)} | aioring.backend() = {backend}")
     print(f"aioring {v['aioring']}, uvloop {v['uvloop']}, aiofiles {v['aiofiles']}, "
           f"aiofile {v['aiofile']} on caio {v['caio']} backend: {caio_info}")
     print(f"file {path} ({file_size / MIB:.0f} MiB on {fstype}, page-cached), 4 KiB reads at random "
@@ -754,12 +594,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {s.variant} {s.loop} T={s.tasks} repeat {s.repeat}: {s.error}")
     print(f"total runtime {elapsed:.1f} s")
 
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump({"meta": meta, "samples": [asdict(s) for s in samples],
-                       "medians": list(medians.values())}, f, indent=1)
-        print(f"results written to {args.json}")
+    write_json(args.json, {"meta": meta, "samples": [asdict(s) for s in samples],
+                           "medians": list(medians.values())})
     return 1 if failed else 0
 
 
