@@ -76,8 +76,13 @@ EAGER_RUN = 7
 _current_task = asyncio.current_task
 # Ring flags, most wanted first; EINVAL (a kernel without one) tries the next.
 # SUBMIT_ALL (5.18): an SQE that fails early does not stop the rest of the
-# batch.  COOP_TASKRUN and SINGLE_ISSUER showed no gain on page-cache reads.
-_SETUP_FLAGS = [lib.IORING_SETUP_SUBMIT_ALL, 0]
+# batch.  COOP_TASKRUN (5.19): completions of work the kernel handed to its
+# worker threads reach the loop's thread without an interrupt; with
+# TASKRUN_FLAG the ring says when they wait to be run (aior_needs_enter).
+# Measured: no change on page-cache reads, +30% on 32 concurrent STATX.
+# SINGLE_ISSUER and DEFER_TASKRUN showed nothing more.
+_SETUP_FLAGS = [lib.IORING_SETUP_SUBMIT_ALL | lib.IORING_SETUP_COOP_TASKRUN | lib.IORING_SETUP_TASKRUN_FLAG,
+                lib.IORING_SETUP_SUBMIT_ALL, 0]
 
 # Op.state
 _WAITING = 0  # held back by backpressure, no SQE yet

@@ -397,3 +397,19 @@ async def test_a_closed_ring_refuses_new_operations():
         ring.start(asyncio.get_running_loop(), _ring.lib.aior_prep_rw,
                    (_ring.lib.IORING_OP_NOP, -1, _ring.ffi.NULL, 0, 0, 0), None, None)
     assert await aioring.read(os.open("/dev/zero", os.O_RDONLY | os.O_CLOEXEC), 3) == b"\0\0\0"
+
+
+async def test_ring_takes_the_first_setup_flags_the_kernel_accepts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aioring._liburing import lib
+
+    ring = _ring.get_ring()
+    assert ring.setup_flags & lib.IORING_SETUP_COOP_TASKRUN  # Linux 5.19+
+    _ring.close_ring()
+    monkeypatch.setattr(_ring, "_SETUP_FLAGS", [1 << 30, 0])  # a flag no kernel has: EINVAL, then 0
+    ring = _ring.get_ring()
+    assert ring.setup_flags == 0
+    fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        assert await aioring.write(fd, b"x") == 1
+    finally:
+        os.close(fd)
