@@ -86,12 +86,10 @@ class AsyncBase:
         if self._raw is None:
             await asyncio.get_running_loop().run_in_executor(None, self._file.__exit__, *exc_info)
             return
-        raw = self._raw
         try:
             await self._call("__exit__", None, *exc_info)
         except asyncio.CancelledError:
-            if raw._queue:  # the close and what it flushed: finish them anyway
-                asyncio.ensure_future(_finish(raw)).add_done_callback(_retrieve)
+            _close_now(self._raw)
             raise
 
     # -- the two ways a call runs -------------------------------------------
@@ -158,7 +156,11 @@ class AsyncFileBase(AsyncBase):
         await self._call("flush", None)
 
     async def close(self) -> None:
-        await self._call("close", None)
+        try:
+            await self._call("close", None)
+        except asyncio.CancelledError:
+            _close_now(self._raw)
+            raise
 
     async def isatty(self) -> bool:
         return await self._call("isatty", None)
@@ -235,14 +237,15 @@ class AiofilesContextManager(Awaitable[_T], AbstractAsyncContextManager[_T], Gen
 
 
 
-async def _finish(raw: RingFileIO) -> None:
-    await raw.acquire()
-    try:
-        await raw.drain()
-    finally:
-        raw.release()
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
+def _close_now(raw: RingFileIO | None) -> None:
+    """A close was cancelled before its writes and CLOSE went through the
+    ring: do them now with plain syscalls, so that the data is written and
+    the fd closed whatever the caller does next (os.close and page-cache
+    writes do not wait for the disk)."""
+    if raw is None or not raw.closed or raw._busy:
+        return
+    while raw._queue:
+        try:
+            raw._flush_sync()
+        except OSError:
+            raw._queue.popleft()  # a write that failed is dropped, as by a close; the close goes on
