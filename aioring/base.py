@@ -16,7 +16,6 @@ from ._file import RingFileIO, pace, ring_raw
 __all__ = ["AiofilesContextManager", "AsyncBase", "AsyncFileBase", "AsyncIndirectBase", "wrap"]
 
 _T = TypeVar("_T")
-_INF = 1 << 62
 _PAST_END = 64 * 1024  # prefetch stops this far past the known end of file
 
 
@@ -234,7 +233,6 @@ class AiofilesContextManager(Awaitable[_T], AbstractAsyncContextManager[_T], Gen
             await self._obj._exit(exc_type, exc_val, exc_tb)
         finally:
             self._obj = None
-
 
 
 def _close_now(raw: RingFileIO | None) -> None:
