@@ -522,19 +522,11 @@ class RingFileIO(io.FileIO):
         if keep:
             new[:keep] = memoryview(buf)[start - ws:]
         got = keep
-        eof = False
-        loop = asyncio.get_running_loop()
-        ring = get_ring(loop)
         self._stamp = self._stat_stamp()  # taken first: a change during the read shows next time
         self._gen = _GENERATIONS.get(self._key, 0)
         while True:
-            while got < len(new):
-                asked = min(len(new) - got, _ops.MAX_RW)
-                n = await _read_at(ring, loop, self._fd, new, got, asked, start + got)
-                got += n
-                if n < asked:  # a regular file reads short only at its end
-                    eof = True
-                    break
+            got += await _read_into(self._fd, new, got, len(new) - got, start + got)
+            eof = got < len(new)
             if eof or end < _INF:
                 break
             new += bytes(len(new))  # read() to EOF and the file grew: keep going
@@ -623,42 +615,18 @@ class RingFileIO(io.FileIO):
             raise error
 
 
-async def _read_at(ring: Any, loop: asyncio.AbstractEventLoop, fd: int, buf: bytearray, at: int,
-                   n: int, offset: int) -> int:
-    cbuf = _from_buffer(_CHARS, buf, True)
-    try:
-        op = ring.start(loop, _PREP_RW, (_READ_OP, fd, cbuf + at, min(n, _ops.MAX_RW), offset, 0),
-                        None, None, 0)
-        return int(await _ops.result(ring, op))
-    finally:
-        ffi.release(cbuf)
-
-
-async def read_direct(raw: RingFileIO, n: int) -> bytes:
-    """Read up to `n` bytes at the raw position straight into the result, as
-    a buffered read(n) with nothing buffered would (loops until n or EOF)."""
+async def _read_into(fd: int, buf: bytes | bytearray, at: int, n: int, offset: int) -> int:
+    """Read up to `n` bytes of `fd` at `offset` into buf[at:at + n] through
+    the ring, again after a partial read, until `n` or a short read (a regular
+    file reads short only at its end).  Returns how many arrived."""
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
-    if n < 4096:
-        small = bytearray(n)
-        got = 0
-        while got < n:
-            k = await _read_at(ring, loop, raw._fd, small, got, n - got, raw._pos + got)
-            if k == 0:
-                break
-            got += k
-        del small[got:]
-        return bytes(small)
-    # The kernel fills a new bytes object, as os.read fills the one it
-    # returns: nothing else can see the object before it is returned, and no
-    # copy follows the kernel's.
-    out = bytes(n)
-    cbuf = _from_buffer(_CHARS, out, False)
+    cbuf = _from_buffer(_CHARS, buf, False)
     got = 0
     try:
         while got < n:
             asked = min(n - got, _ops.MAX_RW)
-            op = ring.start(loop, _PREP_RW, (_READ_OP, raw._fd, cbuf + got, asked, raw._pos + got, 0),
+            op = ring.start(loop, _PREP_RW, (_READ_OP, fd, cbuf + at + got, asked, offset + got, 0),
                             None, None, 0)
             k = int(await _ops.result(ring, op))
             got += k
@@ -666,7 +634,20 @@ async def read_direct(raw: RingFileIO, n: int) -> bytes:
                 break
     finally:
         ffi.release(cbuf)
-    return out if got == n else out[:got]
+    return got
+
+
+async def read_direct(raw: RingFileIO, n: int) -> bytes:
+    """Read up to `n` bytes at the raw position straight into the result, as
+    a buffered read(n) with nothing buffered would (loops until n or EOF).
+
+    A large read lets the kernel fill a new bytes object, as os.read fills the
+    one it returns: nothing else can see it before it is returned, and no
+    copy follows the kernel's (bytes of length 0 and 1 are shared objects,
+    hence the bytearray for small reads)."""
+    out: bytes | bytearray = bytes(n) if n >= 4096 else bytearray(n)
+    got = await _read_into(raw._fd, out, 0, n, raw._pos)
+    return bytes(out if got == n else out[:got])
 
 
 async def readinto_direct(raw: RingFileIO, view: memoryview) -> int:
