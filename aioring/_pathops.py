@@ -1,7 +1,8 @@
 """L2: path and file operations on the ring, each mirroring its os function.
 
-open, close, stat (and fstat, lstat), unlink, rmdir, rename, replace, mkdir,
-link, symlink and fallocate go through their io_uring opcodes.  Where the
+open, close, unlink, rmdir, rename, replace, mkdir,
+link, symlink and fallocate go through their io_uring opcodes; stat by path
+is an O_PATH open and an fstat (see stat below), and fstat is STATX.  Where the
 kernel's probe lacks an opcode, that one function runs its os counterpart in
 the loop's default executor instead; the rest still use the ring.
 
@@ -13,6 +14,7 @@ carry the filename(s) exactly as given, as os's do.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import os
 from typing import Any
@@ -20,7 +22,7 @@ from collections.abc import Callable
 
 from ._liburing import ffi, lib
 from ._ops import check_fd, check_size, result
-from ._ring import Op, get_ring, os_error
+from ._ring import Op, Ring, get_ring, os_error
 
 __all__ = ["close", "fallocate", "ftruncate", "link", "lstat", "mkdir", "open", "rename", "replace", "rmdir",
            "stat", "symlink", "unlink"]
@@ -55,6 +57,12 @@ async def _call(opcode: int, fallback: Callable[[], Any], prep: Any, args: tuple
     ring = get_ring(loop)
     if not ring.supports(opcode):
         return await loop.run_in_executor(None, fallback)
+    return await _on_ring(loop, ring, prep, args, keep, finish, filename, filename2)
+
+
+async def _on_ring(loop: asyncio.AbstractEventLoop, ring: Ring, prep: Any, args: tuple[Any, ...],
+                   keep: Any = None, finish: Callable[[Op, int], Any] | None = None,
+                   filename: Any = None, filename2: Any = None) -> Any:
     op = ring.start(loop, prep, args, keep, finish)
     try:
         return await result(ring, op)
@@ -104,15 +112,42 @@ def _finish_stat(op: Op, res: int) -> os.stat_result:
     ))
 
 
+# stat by path opens the file with O_PATH through the ring and fstat()s the
+# new fd.  The kernel always hands IORING_OP_STATX to a worker thread, while
+# OPENAT resolves a path whose dentries are cached inline, inside the submit
+# call (and goes to a worker only when it must read the disk): in the common
+# case stat costs no thread hop at all.  An O_PATH open reads and changes
+# nothing, needs no permission on the file itself, and fails with exactly
+# the errors stat(2) gives for the same path.
+_O_PATH = os.O_PATH | os.O_CLOEXEC
+_NO_FD_LEFT = (errno.EMFILE, errno.ENFILE)
+
+
 async def stat(path: Path | int, *, dir_fd: int | None = None,
                follow_symlinks: bool = True) -> os.stat_result:
-    """os.stat through IORING_OP_STATX; an int path is an fd, as for os.stat."""
+    """os.stat: an O_PATH open through IORING_OP_OPENAT and an fstat of it
+    (IORING_OP_STATX when no fd is left, or for an int path, which is an fd)."""
     if isinstance(path, int):
         fd = check_fd(path)
         encoded, dfd, flags, name = b"", fd, lib.AT_EMPTY_PATH, None
     else:
         encoded, dfd, name = _encode(path, "stat"), _dir_fd(dir_fd), path
         flags = 0 if follow_symlinks else lib.AT_SYMLINK_NOFOLLOW
+        loop = asyncio.get_running_loop()
+        ring = get_ring(loop)
+        if ring.supports(lib.IORING_OP_OPENAT):
+            oflags = _O_PATH if follow_symlinks else _O_PATH | os.O_NOFOLLOW
+            try:
+                fd = await _on_ring(loop, ring, lib.aior_prep_openat, (dfd, encoded, oflags, 0),
+                                    filename=path)
+            except OSError as exc:
+                if exc.errno not in _NO_FD_LEFT:
+                    raise
+            else:
+                try:
+                    return os.fstat(fd)
+                finally:
+                    os.close(fd)
     buf = ffi.new(_STATX_NEW)
     fallback = functools.partial(os.stat, path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
     return await _call(lib.IORING_OP_STATX, fallback, lib.aior_prep_statx,

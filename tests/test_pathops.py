@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
+import functools
 import os
 import pathlib
+import resource
 
 import pytest
 
@@ -59,6 +62,61 @@ async def test_stat_and_lstat_of_a_symlink(disk_dir):
         assert _stat_fields(await ring_os.stat("link", dir_fd=dfd)) == _stat_fields(os.stat(link))
     finally:
         os.close(dfd)
+
+
+def _open_fds():
+    return {int(fd): os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{fd}")}
+
+
+async def test_stat_matches_os_stat_on_every_kind_of_path(disk_dir):
+    """Files, directories, a FIFO (stat must not open it for reading), a device,
+    symlinks (dangling, looping, to a directory) and trailing slashes: each
+    result or error equals os.stat's and os.lstat's, and no fd is left open."""
+    join = functools.partial(os.path.join, disk_dir)
+    with open(join("file"), "wb") as f:
+        f.write(b"x" * 12345)
+    os.mkdir(join("dir"))
+    os.mkfifo(join("fifo"))
+    os.symlink(join("dir"), join("to_dir"))
+    os.symlink(join("nowhere"), join("dangling"))
+    os.symlink(join("loop"), join("loop"))
+    os.chmod(join("file"), 0)
+    paths = [join(n) for n in ("file", "dir", "fifo", "to_dir", "dangling", "loop", "missing")]
+    paths += [join("file") + "/", join("dir") + "/", join("to_dir") + "/", "/dev/null", ""]
+    await ring_os.stat(disk_dir)  # the loop's ring and its eventfd are open from here on
+    fds = _open_fds()
+    for path in paths:
+        for follow in (True, False):
+            try:
+                expected = _stat_fields(os.stat(path, follow_symlinks=follow))
+            except OSError as exc:
+                await _same_error(ring_os.stat(path, follow_symlinks=follow), exc)
+            else:
+                got = await ring_os.stat(path, follow_symlinks=follow)
+                assert _stat_fields(got) == expected, (path, follow)
+    assert _open_fds() == fds
+
+
+async def test_stat_without_a_free_fd_still_works(disk_dir):
+    path = os.path.join(disk_dir, "f")
+    with open(path, "wb") as f:
+        f.write(b"abc")
+    await ring_os.stat(path)  # the ring exists before the limit drops
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    dups = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(int(fd) for fd in _open_fds()) + 8, hard))
+    try:
+        with pytest.raises(OSError) as info:
+            while True:
+                dups.append(os.dup(0))
+        assert info.value.errno == errno.EMFILE
+        assert _stat_fields(await ring_os.stat(path)) == _stat_fields(os.stat(path))
+        await _same_error(ring_os.stat(path + "x"), _os_error(os.stat, path + "x"))
+    finally:
+        for fd in dups:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 async def test_directory_and_link_operations(disk_dir):
