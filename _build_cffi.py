@@ -28,7 +28,10 @@ C_SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/socket.h>
 #include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <fcntl.h>
 #include <liburing.h>
 
 /* Opcodes newer than liburing 2.3's enum (the probe says whether the kernel
@@ -252,6 +255,87 @@ static int aior_prep_fallocate(struct io_uring *ring, int fd, int mode,
     return 0;
 }
 
+/* Sockets and pipes. */
+static int aior_prep_accept(struct io_uring *ring, int fd, struct sockaddr *addr,
+                            socklen_t *addrlen, int flags, uint64_t user_data)
+{
+    AIOR_GET_SQE();
+    io_uring_prep_accept(sqe, fd, addr, addrlen, flags);
+    sqe->user_data = user_data;
+    return 0;
+}
+
+static int aior_prep_connect(struct io_uring *ring, int fd,
+                             const struct sockaddr *addr, unsigned addrlen,
+                             uint64_t user_data)
+{
+    AIOR_GET_SQE();
+    io_uring_prep_connect(sqe, fd, addr, addrlen);
+    sqe->user_data = user_data;
+    return 0;
+}
+
+/* SENDMSG or RECVMSG over `n` iovecs, with an optional address (`name`). */
+static int aior_prep_msg(struct io_uring *ring, int op, int fd,
+                         struct msghdr *msg, struct iovec *iov, unsigned n,
+                         void *name, unsigned namelen, unsigned flags,
+                         uint64_t user_data)
+{
+    AIOR_GET_SQE();
+    memset(msg, 0, sizeof(*msg));
+    msg->msg_name = name;
+    msg->msg_namelen = namelen;
+    msg->msg_iov = iov;
+    msg->msg_iovlen = n;
+    io_uring_prep_rw(op, sqe, fd, msg, 1, 0);
+    sqe->msg_flags = flags;
+    sqe->user_data = user_data;
+    return 0;
+}
+
+static unsigned aior_msg_namelen(const struct msghdr *msg)
+{
+    return msg->msg_namelen;
+}
+
+static int aior_msg_flags(const struct msghdr *msg)
+{
+    return msg->msg_flags;
+}
+
+/* splice(2) of up to nbytes; off -1 means the fd's position (or a pipe).
+   sqe_flags may hold IOSQE_IO_LINK to chain the next SQE after this one. */
+static int aior_prep_splice(struct io_uring *ring, int fd_in, int64_t off_in,
+                            int fd_out, int64_t off_out, unsigned nbytes,
+                            unsigned splice_flags, unsigned sqe_flags,
+                            uint64_t user_data)
+{
+    AIOR_GET_SQE();
+    io_uring_prep_splice(sqe, fd_in, off_in, fd_out, off_out, nbytes, splice_flags);
+    sqe->flags |= sqe_flags;
+    sqe->user_data = user_data;
+    return 0;
+}
+
+static int aior_prep_shutdown(struct io_uring *ring, int fd, int how,
+                              uint64_t user_data)
+{
+    AIOR_GET_SQE();
+    io_uring_prep_shutdown(sqe, fd, how);
+    sqe->user_data = user_data;
+    return 0;
+}
+
+static unsigned aior_sockaddr_storage_size(void)
+{
+    return sizeof(struct sockaddr_storage);
+}
+
+static unsigned aior_msghdr_size(void)
+{
+    return sizeof(struct msghdr);
+}
+
 static unsigned aior_harvest(struct io_uring *ring, uint64_t *ud, int32_t *res,
                              uint32_t *flags, unsigned max)
 {
@@ -357,6 +441,10 @@ static int aior_ring_fd(struct io_uring *ring)
 CDEF = r"""
 /* types */
 struct io_uring { ...; };
+struct iovec { void *iov_base; size_t iov_len; };
+struct msghdr { ...; };
+struct sockaddr { ...; };
+typedef unsigned int socklen_t;
 
 struct statx_timestamp { int64_t tv_sec; uint32_t tv_nsec; ...; };
 struct statx {
@@ -407,6 +495,21 @@ int aior_prep_symlinkat(struct io_uring *ring, const char *target, int newdfd,
                         const char *linkpath, uint64_t user_data);
 int aior_prep_fallocate(struct io_uring *ring, int fd, int mode, int64_t offset,
                         int64_t len, uint64_t user_data);
+int aior_prep_accept(struct io_uring *ring, int fd, struct sockaddr *addr,
+                     socklen_t *addrlen, int flags, uint64_t user_data);
+int aior_prep_connect(struct io_uring *ring, int fd, const struct sockaddr *addr,
+                      unsigned addrlen, uint64_t user_data);
+int aior_prep_msg(struct io_uring *ring, int op, int fd, struct msghdr *msg,
+                  struct iovec *iov, unsigned n, void *name, unsigned namelen,
+                  unsigned flags, uint64_t user_data);
+unsigned aior_msg_namelen(const struct msghdr *msg);
+int aior_msg_flags(const struct msghdr *msg);
+int aior_prep_splice(struct io_uring *ring, int fd_in, int64_t off_in, int fd_out,
+                     int64_t off_out, unsigned nbytes, unsigned splice_flags,
+                     unsigned sqe_flags, uint64_t user_data);
+int aior_prep_shutdown(struct io_uring *ring, int fd, int how, uint64_t user_data);
+unsigned aior_sockaddr_storage_size(void);
+unsigned aior_msghdr_size(void);
 int aior_reap(struct io_uring *ring, int efd, uint64_t *ud, int32_t *res,
               uint32_t *flags, unsigned max);
 int aior_submit_reap(struct io_uring *ring, uint64_t *ud, int32_t *res,
@@ -432,6 +535,25 @@ int aior_ring_fd(struct io_uring *ring);
 #define IORING_OP_SYMLINKAT ...
 #define IORING_OP_FALLOCATE ...
 #define IORING_OP_LAST ...
+#define IORING_OP_READV ...
+#define IORING_OP_WRITEV ...
+#define IORING_OP_SENDMSG ...
+#define IORING_OP_RECVMSG ...
+#define IORING_OP_SEND ...
+#define IORING_OP_RECV ...
+#define IORING_OP_ACCEPT ...
+#define IORING_OP_CONNECT ...
+#define IORING_OP_SPLICE ...
+#define IORING_OP_SHUTDOWN ...
+#define IOSQE_IO_LINK ...
+#define SPLICE_F_MOVE ...
+#define SPLICE_F_NONBLOCK ...
+#define MSG_NOSIGNAL ...
+#define MSG_WAITALL ...
+#define MSG_TRUNC ...
+#define MSG_CTRUNC ...
+#define SOCK_CLOEXEC ...
+#define SOCK_NONBLOCK ...
 #define AIOR_OP_FTRUNCATE ...
 #define STATX_BASIC_STATS ...
 #define AT_EMPTY_PATH ...

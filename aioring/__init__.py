@@ -8,9 +8,17 @@ same API with its I/O on the ring.
 
 from . import tempfile, threadpool
 from ._backend import backend, statistics
+from ._net import (sock_accept, sock_connect, sock_recv, sock_recv_into, sock_recvfrom,
+                   sock_recvfrom_into, sock_sendall, sock_sendfile, sock_sendto)
 from ._ops import fsync, read, readinto, write
+from ._streams import (Server, StreamReader, StreamWriter, open_connection, open_pipe_reader,
+                       open_pipe_writer, open_unix_connection, start_server, start_unix_server)
 from .threadpool import open, stderr, stderr_bytes, stdin, stdin_bytes, stdout, stdout_bytes
 
-__all__ = ["backend", "fsync", "open", "read", "readinto", "statistics", "stderr", "stderr_bytes", "stdin",
-           "stdin_bytes", "stdout", "stdout_bytes", "tempfile", "threadpool", "write"]
+__all__ = ["Server", "StreamReader", "StreamWriter", "backend", "fsync", "open", "open_connection",
+           "open_pipe_reader", "open_pipe_writer", "open_unix_connection", "read", "readinto",
+           "sock_accept", "sock_connect", "sock_recv", "sock_recv_into", "sock_recvfrom",
+           "sock_recvfrom_into", "sock_sendall", "sock_sendfile", "sock_sendto", "start_server",
+           "start_unix_server", "statistics", "stderr", "stderr_bytes", "stdin", "stdin_bytes",
+           "stdout", "stdout_bytes", "tempfile", "threadpool", "write"]
 __version__ = "0.1.0"

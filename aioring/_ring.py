@@ -518,6 +518,21 @@ class Ring:
         _redeliver_later(exc)
         return result
 
+    def cancel(self, op: Op) -> None:
+        """Ask the kernel to stop `op`, whose future nobody awaits (streams).
+
+        Its CQE still comes: the future then fails with ECANCELED, or gets the
+        result when the operation completed first.  An op still held back by
+        backpressure fails with ECANCELED at once."""
+        if op.state == _SUBMITTED:
+            self._cancel(op.key)
+        elif op.state == _WAITING:
+            op.state = _DONE  # dropped lazily from the queue
+            op.res = -errno.ECANCELED
+            _release(op)
+            if op.future is not None and not op.future.done():
+                op.future.set_exception(os_error(-errno.ECANCELED))
+
     def _cancel(self, target: int) -> None:
         if self._closed:
             return  # closing cancelled everything already

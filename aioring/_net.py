@@ -1,0 +1,476 @@
+"""L2/L4: socket operations on the ring, mirroring the event loop's sock_* methods.
+
+Each function takes the same arguments as its ``loop.sock_*`` namesake and
+returns the same result: received data, the number of bytes, a new socket
+with its peer's address.  The data moves through IORING_OP_RECV, SEND,
+RECVMSG, SENDMSG, ACCEPT, CONNECT and SPLICE; the kernel waits for the socket
+itself (it polls internally), so a call costs one ring operation whether or
+not the socket was ready.
+
+Sockets may be blocking or not; the ring never blocks the loop either way.
+Arguments are checked before anything is submitted; kernel errors arrive as
+the OSError subclass of their errno (ConnectionResetError, BrokenPipeError,
+ConnectionRefusedError, ...).  A cancelled call whose operation completed
+anyway returns its result (the bytes are not lost) and the cancellation is
+delivered at the task's next await.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import io
+import operator
+import os
+import select
+import socket
+import struct
+from typing import Any
+
+from ._liburing import ffi, lib
+from ._ops import MAX_RW, check_fd, readable_buffer, result, writable_buffer
+from ._ring import Op, Ring, get_ring, os_error
+
+__all__ = ["sock_accept", "sock_connect", "sock_recv", "sock_recv_into", "sock_recvfrom",
+           "sock_recvfrom_into", "sock_sendall", "sock_sendfile", "sock_sendto"]
+
+_PREP_RW = lib.aior_prep_rw
+_RECV = lib.IORING_OP_RECV
+_SEND = lib.IORING_OP_SEND
+_SENDMSG = lib.IORING_OP_SENDMSG
+_RECVMSG = lib.IORING_OP_RECVMSG
+_NOSIGNAL = lib.MSG_NOSIGNAL
+_WAITALL = lib.MSG_WAITALL
+_POLLIN = select.POLLIN
+_POLLOUT = select.POLLOUT
+_CHARS = ffi.typeof("char[]")
+_alloc = ffi.new_allocator(should_clear_after_alloc=False)
+_SOCKADDR_SIZE = lib.aior_sockaddr_storage_size()
+_MSGHDR_SIZE = lib.aior_msghdr_size()
+_get_running_loop = asyncio.get_running_loop
+_SPLICE_CHUNK = 1 << 20  # bytes per splice round trip of sock_sendfile
+
+
+# ------------------------------------------------------------------ checks
+def check_socket(sock: Any) -> int:
+    """The fd of `sock`, a socket.socket; TypeError for anything else, as the loop's."""
+    if not isinstance(sock, socket.socket):
+        raise TypeError(f"a socket.socket is required, not {type(sock).__name__}")
+    try:
+        import ssl
+    except ImportError:  # pragma: no cover - Python without ssl
+        pass
+    else:
+        if isinstance(sock, ssl.SSLSocket):
+            raise TypeError("Socket cannot be of type SSLSocket")
+    return check_fd(sock.fileno())
+
+
+def _ring_and_loop() -> tuple[asyncio.AbstractEventLoop, Ring]:
+    loop = _get_running_loop()
+    return loop, get_ring(loop)
+
+
+# --------------------------------------------------------------- addresses
+def _ipv6_scope(scope_id: int, packed: bytes) -> str:
+    """getnameinfo's suffix: %interface for link-local addresses with a scope."""
+    if not scope_id or not ((packed[0] == 0xFE and packed[1] & 0xC0 == 0x80)
+                            or (packed[0] == 0xFF and packed[1] & 0x0F == 0x02)):
+        return ""
+    try:
+        return "%" + socket.if_indextoname(scope_id)
+    except OSError:
+        return f"%{scope_id}"
+
+
+def decode_sockaddr(raw: bytes, family: int) -> Any:
+    """A kernel sockaddr as Python's socket module gives it (recvfrom, accept)."""
+    if len(raw) < 2:
+        return "" if family == socket.AF_UNIX else None
+    fam = struct.unpack_from("=H", raw)[0]
+    if fam == socket.AF_INET:
+        port = struct.unpack_from("!H", raw, 2)[0]
+        return socket.inet_ntop(socket.AF_INET, raw[4:8]), port
+    if fam == socket.AF_INET6:
+        port, flowinfo = struct.unpack_from("!HI", raw, 2)
+        packed = raw[8:24]
+        scope_id = struct.unpack_from("=I", raw, 24)[0]
+        host = socket.inet_ntop(socket.AF_INET6, packed) + _ipv6_scope(scope_id, packed)
+        return host, port, flowinfo, scope_id
+    if fam == socket.AF_UNIX:
+        path = raw[2:]
+        if path[:1] == b"\0":
+            return path  # abstract namespace: bytes, as socket gives them
+        return os.fsdecode(path.split(b"\0", 1)[0])
+    return fam, raw[2:]
+
+
+def _encode_inet(family: int, address: Any, func: str) -> bytes | None:
+    """Pack a numeric (host, port[, flowinfo, scope_id]) address; None when
+    the host is a name that needs resolving first."""
+    if not isinstance(address, tuple):
+        raise TypeError(f"{_family_name(family)} address must be tuple, not {type(address).__name__}")
+    if family == socket.AF_INET:
+        if len(address) != 2:
+            raise TypeError(f"AF_INET address must be a pair (host, port), not {address!r}")
+        host, port = address
+    else:
+        if not 2 <= len(address) <= 4:
+            raise TypeError(f"AF_INET6 address must be a tuple (host, port[, flowinfo[, scopeid]]), "
+                            f"not {address!r}")
+        host, port = address[:2]
+    if isinstance(host, bytes):
+        host = host.decode("idna")
+    if not isinstance(host, str):
+        raise TypeError(f"str, bytes or bytearray expected, not {type(host).__name__}")
+    if not isinstance(port, int):
+        raise TypeError(f"'{type(port).__name__}' object cannot be interpreted as an integer")
+    if not 0 <= port <= 0xFFFF:
+        raise OverflowError(f"{func}(): port must be 0-65535.")
+    if family == socket.AF_INET:
+        if host == "":
+            packed = bytes(4)
+        elif host == "<broadcast>":
+            packed = b"\xff\xff\xff\xff"
+        else:
+            try:
+                packed = socket.inet_pton(socket.AF_INET, host)
+            except OSError:
+                return None
+        return struct.pack("=H", socket.AF_INET) + struct.pack("!H", port) + packed + bytes(8)
+    flowinfo = address[2] if len(address) > 2 else 0
+    scope_id = address[3] if len(address) > 3 else 0
+    if not 0 <= flowinfo <= 0xFFFFF:
+        raise OverflowError("flowinfo must be 0-1048575.")
+    if host == "":
+        packed = bytes(16)
+    else:
+        if "%" in host:
+            return None  # a scoped address: getaddrinfo resolves the interface
+        try:
+            packed = socket.inet_pton(socket.AF_INET6, host)
+        except OSError:
+            return None
+    return (struct.pack("=H", socket.AF_INET6) + struct.pack("!HI", port, flowinfo) + packed
+            + struct.pack("=I", scope_id))
+
+
+def _family_name(family: int) -> str:
+    try:
+        return socket.AddressFamily(family).name
+    except ValueError:
+        return str(family)
+
+
+async def encode_sockaddr(sock: socket.socket, address: Any, loop: asyncio.AbstractEventLoop,
+                          func: str = "connect") -> bytes:
+    """`address` as a kernel sockaddr for `sock`'s family, resolving host names
+    through the loop's getaddrinfo as the loop's sock_connect does."""
+    family = sock.family
+    if family in (socket.AF_INET, socket.AF_INET6):
+        packed = _encode_inet(family, address, func)
+        if packed is not None:
+            return packed
+        infos = await loop.getaddrinfo(address[0], address[1], family=family, type=sock.type,
+                                       proto=sock.proto)
+        if not infos:
+            raise OSError(f"getaddrinfo({address[0]!r}) returned empty list")
+        resolved = infos[0][4]
+        packed = _encode_inet(family, resolved, func)
+        if packed is None:  # pragma: no cover - getaddrinfo returns numeric hosts
+            raise OSError(f"cannot use the address {resolved!r}")
+        return packed
+    if family == socket.AF_UNIX:
+        if isinstance(address, str):
+            path = os.fsencode(address)
+        elif isinstance(address, (bytes, bytearray, memoryview)):
+            path = bytes(address)
+        elif isinstance(address, os.PathLike):
+            path = os.fsencode(address)
+        else:
+            raise TypeError(f"a bytes-like object is required, not '{type(address).__name__}'")
+        if len(path) > 107 + (path[:1] == b"\0"):
+            raise OSError(errno.EINVAL, "AF_UNIX path too long")
+        tail = b"" if path[:1] == b"\0" else b"\0"
+        return struct.pack("=H", socket.AF_UNIX) + path + tail
+    raise ValueError(f"address family {_family_name(family)} is not supported")
+
+
+# ---------------------------------------------------------------- receive
+def _finish_recv(op: Op, res: int) -> bytes:
+    return ffi.buffer(op.keep, res)[:]
+
+
+async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
+    """loop.sock_recv: at most `nbytes` bytes from `sock`, b"" at EOF."""
+    fd = check_socket(sock)
+    nbytes = operator.index(nbytes)
+    if nbytes < 0:
+        raise ValueError("negative buffersize in recv")
+    loop, ring = _ring_and_loop()
+    buf = _alloc(_CHARS, max(nbytes, 1))
+    op = ring.start(loop, _PREP_RW, (_RECV, fd, buf, min(nbytes, MAX_RW), 0, 0),
+                    buf, _finish_recv, _POLLIN)
+    return await result(ring, op)
+
+
+async def sock_recv_into(sock: socket.socket, buf: Any) -> int:
+    """loop.sock_recv_into: receive into `buf`; the number of bytes, 0 at EOF."""
+    fd = check_socket(sock)
+    cbuf = writable_buffer(buf)
+    loop, ring = _ring_and_loop()
+    op = ring.start(loop, _PREP_RW, (_RECV, fd, cbuf, min(len(cbuf), MAX_RW), 0, 0),
+                    cbuf, None, _POLLIN)
+    return await result(ring, op)
+
+
+class _Msg:
+    """A msghdr, its iovec and an address buffer, kept together while in flight."""
+
+    __slots__ = ("iov", "msg", "name")
+
+    def __init__(self, iov_count: int, name_size: int) -> None:
+        self.msg = _alloc("char[]", _MSGHDR_SIZE)
+        self.iov = ffi.new("struct iovec[]", iov_count)
+        self.name = _alloc("char[]", name_size) if name_size else ffi.NULL
+
+
+async def _recvmsg(sock: socket.socket, cbuf: Any, nbytes: int) -> tuple[int, Any]:
+    fd = check_socket(sock)
+    loop, ring = _ring_and_loop()
+    m = _Msg(1, _SOCKADDR_SIZE)
+    m.iov[0].iov_base = cbuf
+    m.iov[0].iov_len = nbytes
+    keep = (m, cbuf)
+    op = ring.start(loop, lib.aior_prep_msg,
+                    (_RECVMSG, fd, ffi.cast("struct msghdr *", m.msg), m.iov, 1, m.name,
+                     _SOCKADDR_SIZE, 0),
+                    None, None, _POLLIN)
+    try:
+        n = await result(ring, op)
+    finally:
+        del keep
+    namelen = lib.aior_msg_namelen(ffi.cast("struct msghdr *", m.msg))
+    return n, decode_sockaddr(ffi.buffer(m.name, namelen)[:], sock.family)
+
+
+async def sock_recvfrom(sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
+    """loop.sock_recvfrom: (data, address) of one datagram (or stream chunk)."""
+    check_socket(sock)
+    bufsize = operator.index(bufsize)
+    if bufsize < 0:
+        raise ValueError("negative buffersize in recvfrom")
+    buf = _alloc(_CHARS, max(bufsize, 1))
+    n, address = await _recvmsg(sock, buf, bufsize)
+    return ffi.buffer(buf, n)[:], address
+
+
+async def sock_recvfrom_into(sock: socket.socket, buf: Any, nbytes: int = 0) -> tuple[int, Any]:
+    """loop.sock_recvfrom_into: (bytes received into buf, address)."""
+    check_socket(sock)
+    cbuf = writable_buffer(buf)
+    nbytes = operator.index(nbytes)
+    if nbytes < 0:
+        raise ValueError("negative buffersize in recvfrom_into")
+    if nbytes == 0:
+        nbytes = len(cbuf)
+    elif nbytes > len(cbuf):
+        raise ValueError("nbytes is greater than the length of the buffer")
+    return await _recvmsg(sock, cbuf, nbytes)
+
+
+# ------------------------------------------------------------------- send
+async def send_all(fd: int, cbuf: Any, length: int) -> None:
+    """Send cbuf[:length] completely: SEND with MSG_WAITALL, again after a
+    short send, until every byte went out or the kernel reports an error."""
+    loop, ring = _ring_and_loop()
+    done = 0
+    while done < length:
+        n = min(length - done, MAX_RW)
+        op = ring.start(loop, _PREP_RW, (_SEND, fd, cbuf + done, n, 0, _NOSIGNAL | _WAITALL),
+                        None, None, _POLLOUT)
+        done += await result(ring, op)
+
+
+async def sock_sendall(sock: socket.socket, data: Any) -> None:
+    """loop.sock_sendall: send all of `data`; returns None once the kernel took it.
+
+    The buffer belongs to the kernel until this returns (a bytearray cannot be
+    resized meanwhile).  A cancelled call may have sent part of the data, as
+    the loop's may."""
+    fd = check_socket(sock)
+    cbuf = readable_buffer(data)
+    try:
+        await send_all(fd, cbuf, len(cbuf))
+    finally:
+        ffi.release(cbuf)
+
+
+async def sock_sendto(sock: socket.socket, data: Any, address: Any) -> int:
+    """loop.sock_sendto: send one datagram to `address`; the bytes sent."""
+    fd = check_socket(sock)
+    cbuf = readable_buffer(data)
+    loop, ring = _ring_and_loop()
+    name = await encode_sockaddr(sock, address, loop, "sendto")
+    m = _Msg(1, 0)
+    cname = ffi.from_buffer(_CHARS, name)
+    m.iov[0].iov_base = cbuf
+    m.iov[0].iov_len = len(cbuf)
+    keep = (m, cbuf, cname)
+    op = ring.start(loop, lib.aior_prep_msg,
+                    (_SENDMSG, fd, ffi.cast("struct msghdr *", m.msg), m.iov, 1, cname,
+                     len(name), _NOSIGNAL),
+                    None, None, _POLLOUT)
+    try:
+        return await result(ring, op)
+    finally:
+        del keep
+
+
+# ---------------------------------------------------------------- connect
+async def sock_connect(sock: socket.socket, address: Any) -> None:
+    """loop.sock_connect: connect `sock`, resolving a host name first as the loop does."""
+    fd = check_socket(sock)
+    loop, ring = _ring_and_loop()
+    name = await encode_sockaddr(sock, address, loop)
+    cname = ffi.from_buffer(_CHARS, name)
+    op = ring.start(loop, lib.aior_prep_connect, (fd, ffi.cast("struct sockaddr *", cname), len(name)),
+                    None, None, 0)
+    try:
+        await result(ring, op)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EINPROGRESS, errno.EALREADY, errno.EAGAIN):
+            raise _connect_error(exc, address) from None
+    finally:
+        del cname
+    # An older kernel hands a non-blocking socket's EINPROGRESS back: wait
+    # until it is writable, then read the outcome, as the loop does.
+    op = ring.start(loop, lib.aior_prep_poll, (fd, _POLLOUT), None, None, 0)
+    await result(ring, op)
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        raise _connect_error(OSError(err, os.strerror(err)), address)
+
+
+def _connect_error(exc: OSError, address: Any) -> OSError:
+    # asyncio's selector loop raises OSError(err, f"Connect call failed {address}").
+    if exc.errno is None:
+        return exc
+    return os_error(-exc.errno).__class__(exc.errno, f"Connect call failed {address}")
+
+
+# ----------------------------------------------------------------- accept
+def _finish_accept(op: Op, res: int) -> int:
+    return res
+
+
+async def sock_accept(sock: socket.socket) -> tuple[socket.socket, Any]:
+    """loop.sock_accept: (a new non-blocking socket, the peer's address)."""
+    fd = check_socket(sock)
+    loop, ring = _ring_and_loop()
+    name = _alloc(_CHARS, _SOCKADDR_SIZE)
+    namelen = ffi.new("socklen_t *", _SOCKADDR_SIZE)
+    keep = (name, namelen)
+    op = ring.start(loop, lib.aior_prep_accept,
+                    (fd, ffi.cast("struct sockaddr *", name), namelen, lib.SOCK_CLOEXEC),
+                    None, None, _POLLIN)
+    try:
+        new_fd = await result(ring, op)
+    finally:
+        del keep
+    conn = socket.socket(sock.family, sock.type, sock.proto, fileno=new_fd)
+    conn.setblocking(False)
+    return conn, decode_sockaddr(ffi.buffer(name, namelen[0])[:], sock.family)
+
+
+# --------------------------------------------------------------- sendfile
+def _check_sendfile(sock: socket.socket, file: Any, offset: Any, count: Any) -> None:
+    # The loop's messages, word for word.
+    if "b" not in getattr(file, "mode", "b"):
+        raise ValueError("file should be opened in binary mode")
+    if not sock.type == socket.SOCK_STREAM:
+        raise ValueError("only SOCK_STREAM type sockets are supported")
+    if count is not None:
+        if not isinstance(count, int):
+            raise TypeError(f"count must be a positive integer (got {count!r})")
+        if count <= 0:
+            raise ValueError(f"count must be a positive integer (got {count!r})")
+    if not isinstance(offset, int):
+        raise TypeError(f"offset must be a non-negative integer (got {offset!r})")
+    if offset < 0:
+        raise ValueError(f"offset must be a non-negative integer (got {offset!r})")
+
+
+async def _splice(ring: Ring, loop: asyncio.AbstractEventLoop, fd_in: int, off_in: int,
+                  fd_out: int, nbytes: int) -> int:
+    op = ring.start(loop, lib.aior_prep_splice,
+                    (fd_in, off_in, fd_out, -1, nbytes, lib.SPLICE_F_MOVE, 0), None, None, 0)
+    return await result(ring, op)
+
+
+async def sock_sendfile(sock: socket.socket, file: Any, offset: int = 0, count: int | None = None,
+                        *, fallback: bool = True) -> int:
+    """loop.sock_sendfile: send `file` from `offset`, `count` bytes or to its end.
+
+    The pages go from the file to a pipe and from the pipe to the socket by
+    IORING_OP_SPLICE, never through Python.  Returns the bytes sent and leaves
+    the file's position after them, as the loop does.  A file without an fd
+    is read and sent in chunks when `fallback` is true, otherwise raises
+    asyncio.SendfileNotAvailableError."""
+    fd = check_socket(sock)
+    _check_sendfile(sock, file, offset, count)
+    try:
+        file_fd = file.fileno()
+    except (AttributeError, io.UnsupportedOperation) as exc:
+        if not fallback:
+            raise asyncio.SendfileNotAvailableError(
+                f"syscall sendfile is not available for socket {sock!r} and file {file!r} "
+                "combination") from exc
+        return await _sendfile_by_copy(sock, file, offset, count)
+    loop, ring = _ring_and_loop()
+    total = 0
+    rfd, wfd = os.pipe2(os.O_CLOEXEC)
+    try:
+        try:
+            import fcntl
+            fcntl.fcntl(wfd, getattr(fcntl, "F_SETPIPE_SZ", 1031), _SPLICE_CHUNK)
+            chunk = _SPLICE_CHUNK
+        except OSError:
+            chunk = 1 << 16  # a pipe's default size
+        while count is None or total < count:
+            want = chunk if count is None else min(chunk, count - total)
+            got = await _splice(ring, loop, file_fd, offset + total, wfd, want)
+            if got == 0:
+                break
+            moved = 0
+            while moved < got:
+                moved += await _splice(ring, loop, rfd, -1, fd, got - moved)
+            total += got
+        return total
+    finally:
+        os.close(rfd)
+        os.close(wfd)
+        if total:
+            file.seek(offset + total)
+
+
+async def _sendfile_by_copy(sock: socket.socket, file: Any, offset: int, count: int | None) -> int:
+    loop = _get_running_loop()
+    total = 0
+    try:
+        if offset:
+            file.seek(offset)
+        buf = bytearray(min(count, 1 << 18) if count else 1 << 18)
+        view = memoryview(buf)
+        while count is None or total < count:
+            want = len(buf) if count is None else min(len(buf), count - total)
+            n = await loop.run_in_executor(None, file.readinto, view[:want])
+            if not n:
+                break
+            await sock_sendall(sock, view[:n])
+            total += n
+        return total
+    finally:
+        if total:
+            file.seek(offset + total)

@@ -1,0 +1,1033 @@
+"""L4: streams on the ring, mirroring asyncio's, for sockets and pipes.
+
+``StreamReader`` is asyncio's own StreamReader (so read, readline, readuntil,
+readexactly, limits and errors behave exactly as asyncio's) whose data
+arrives by ring receives that it starts itself when it needs data, instead of
+a transport pushing it.  It adds ``readinto(buf)`` and
+``readinto_exactly(buf)``: bytes already buffered are copied once, the rest
+is received by the kernel straight into the caller's buffer (one RECV with
+MSG_WAITALL for a whole frame).
+
+``StreamWriter`` has asyncio's StreamWriter methods.  ``write()`` never
+blocks: the data goes out by SEND (SENDMSG, WRITEV for pipes) while the
+caller goes on; writes made while a send is in flight leave together in one
+vectored send.  ``bytes`` are sent as they are; any other buffer is copied
+first, so changing it after ``write()`` returned changes nothing that is sent.
+
+A channel (the transport) owns the fd.  Closing it lets buffered writes go
+out, cancels a receive in flight, and closes the fd once the kernel holds no
+operation on it.  A receive that completed anyway while its task was
+cancelled is kept in the reader's buffer; a cancelled ``readinto_exactly``
+puts the bytes it already received back in front of the buffer.  Nothing is
+ever reported to the loop's exception handler for a reset or closed peer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import errno
+import os
+import socket
+import stat
+import sys
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from ._liburing import ffi, lib
+from ._net import check_socket, sock_accept, sock_connect
+from ._ops import MAX_RW, check_fd, result
+from ._ring import Op, get_ring, os_error, ready
+
+__all__ = ["Server", "StreamReader", "StreamWriter", "open_connection", "open_pipe_reader",
+           "open_pipe_writer", "open_unix_connection", "start_server", "start_unix_server"]
+
+_DEFAULT_LIMIT = 2**16  # asyncio's
+_HIGH_WATER = 64 * 1024  # asyncio's transports' defaults
+_CHUNK = 256 * 1024  # what asyncio's socket transport receives at a time
+_IOV_MAX = 1024
+_CHARS = ffi.typeof("char[]")
+_from_buffer = ffi.from_buffer
+_PREP_RW = lib.aior_prep_rw
+_RECV = lib.IORING_OP_RECV
+_READ = lib.IORING_OP_READ
+_SEND = lib.IORING_OP_SEND
+_WRITE = lib.IORING_OP_WRITE
+_WRITEV = lib.IORING_OP_WRITEV
+_SENDMSG = lib.IORING_OP_SENDMSG
+_SEND_FLAGS = lib.MSG_NOSIGNAL | lib.MSG_WAITALL
+_WAITALL = lib.MSG_WAITALL
+_POLLIN = 1
+_POLLOUT = 4
+_ECANCELED = errno.ECANCELED
+_MSGHDR_SIZE = lib.aior_msghdr_size()
+# Errors of a peer that went away: they end the stream quietly.
+_PEER_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
+def _buffer_view(buf: Any, func: str) -> memoryview:
+    try:
+        view = memoryview(buf)
+    except TypeError:
+        raise TypeError(f"{func}() argument must be a writable bytes-like object, "
+                        f"not {type(buf).__name__}") from None
+    if view.readonly:
+        raise TypeError(f"{func}() argument must be a writable bytes-like object, "
+                        f"not read-only {type(buf).__name__}")
+    if not view.c_contiguous:
+        raise TypeError(f"{func}() argument must be a contiguous buffer")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+class _Channel:
+    """The transport of one socket or pipe: owns its fd and the operations on it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, owner: Any, *, is_socket: bool,
+                 readable: bool, writable: bool, extra: dict[str, Any]) -> None:
+        self._loop = loop
+        self._ring = get_ring(loop)
+        self._fd = fd
+        self._owner = owner  # the socket or file object, closed with the channel
+        self._is_socket = is_socket
+        self._readable = readable
+        self._writable = writable
+        self._extra = extra
+        self._closing = False
+        self._closed = False
+        self._closed_future: asyncio.Future[None] = loop.create_future()
+        self._inflight = 0
+        self._read_op: Op | None = None
+        # Write side.
+        self._pending: collections.deque[Any] = collections.deque()
+        self._pending_size = 0
+        self._send_op: Op | None = None
+        self._send_keep: Any = None
+        self._write_exc: OSError | None = None
+        self._eof_wanted = False
+        self._high = _HIGH_WATER
+        self._low = _HIGH_WATER // 4
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._writers_lost = False
+
+    # ------------------------------------------------------------ transport
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._extra.get(name, default)
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def can_write_eof(self) -> bool:
+        return self._writable
+
+    def get_write_buffer_size(self) -> int:
+        return self._pending_size
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._low, self._high
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        # asyncio's rules: high defaults to 64 KiB (or 4 x low), low to high / 4.
+        if high is None:
+            high = _HIGH_WATER if low is None else 4 * low
+        if low is None:
+            low = high // 4
+        if not high >= low >= 0:
+            raise ValueError(f"high ({high!r}) must be >= low ({low!r}) must be >= 0")
+        self._high, self._low = high, low
+        self._wake_drainers()
+
+    # ----------------------------------------------------------------- read
+    async def receive(self, ptr: Any, n: int, flags: int = 0) -> int:
+        """One receive of at most n bytes into ptr; 0 at EOF or once closing."""
+        if self._closing:
+            return 0
+        if self._is_socket:
+            args = (_RECV, self._fd, ptr, min(n, MAX_RW), 0, flags)
+        else:
+            args = (_READ, self._fd, ptr, min(n, MAX_RW), -1, 0)
+        op = self._ring.start(self._loop, _PREP_RW, args, None, None, _POLLIN)
+        self._read_op = op
+        self._inflight += 1
+        try:
+            return await result(self._ring, op)
+        except OSError as exc:
+            if exc.errno == _ECANCELED and self._closing:
+                return 0  # closed under the read: end of stream, as asyncio's reader sees it
+            raise
+        finally:
+            self._read_op = None
+            self._inflight -= 1
+            if self._closing and not self._inflight:
+                self._finish_close()
+
+    # ---------------------------------------------------------------- write
+    def write(self, data: Any) -> None:
+        if type(data) is not bytes:
+            if not isinstance(data, (bytearray, memoryview)):
+                try:
+                    memoryview(data)
+                except TypeError:
+                    raise TypeError("data argument must be a bytes-like object, "
+                                    f"not {type(data).__name__!r}") from None
+            data = bytes(data)  # the caller may change its buffer once write() returns
+        if self._eof_wanted:
+            raise RuntimeError("Cannot call write() after write_eof()")
+        if self._write_exc is not None:
+            exc = self._write_exc
+            raise type(exc)(exc.errno, exc.strerror)
+        if not data or self._closing:
+            return  # asyncio drops writes after close() silently
+        self._pending.append(data)
+        self._pending_size += len(data)
+        if self._send_op is None:
+            self._send()
+
+    def writelines(self, list_of_data: Iterable[Any]) -> None:
+        for data in list_of_data:
+            self.write(data)
+
+    def write_eof(self) -> None:
+        if self._closing or self._eof_wanted:
+            return
+        if not self._writable:
+            raise RuntimeError("this stream cannot write EOF")
+        self._eof_wanted = True
+        if self._send_op is None and not self._pending:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        if not self._is_socket:
+            self.close()  # a pipe's writer signals EOF by closing, as asyncio's does
+            return
+        try:
+            self._owner.shutdown(socket.SHUT_WR)
+        except OSError as exc:
+            self._write_exc = exc
+
+    def _send(self) -> None:
+        """Hand the pending data to the kernel; go on while sends complete at once."""
+        while self._pending and self._send_op is None and self._write_exc is None:
+            pending = self._pending
+            if len(pending) == 1:
+                cbuf = _from_buffer(_CHARS, pending[0], False)
+                n = min(len(cbuf), MAX_RW)
+                if self._is_socket:
+                    args: tuple[Any, ...] = (_SEND, self._fd, cbuf, n, 0, lib.MSG_NOSIGNAL | _WAITALL)
+                else:
+                    args = (_WRITE, self._fd, cbuf, n, -1, 0)
+                op = self._ring.start(self._loop, _PREP_RW, args, cbuf, None, _POLLOUT)
+            else:
+                count = min(len(pending), _IOV_MAX)
+                iov = ffi.new("struct iovec[]", count)
+                exports = []
+                for i in range(count):
+                    c = _from_buffer(_CHARS, pending[i], False)
+                    exports.append(c)
+                    iov[i].iov_base = c
+                    iov[i].iov_len = len(c)
+                if self._is_socket:
+                    msg = ffi.new("char[]", _MSGHDR_SIZE)
+                    args = (_SENDMSG, self._fd, ffi.cast("struct msghdr *", msg), iov, count,
+                            ffi.NULL, 0, _SEND_FLAGS)
+                    self._send_keep = (msg, iov, exports)
+                    op = self._ring.start(self._loop, lib.aior_prep_msg, args, None, None, _POLLOUT)
+                else:
+                    self._send_keep = (iov, exports)
+                    op = self._ring.start(self._loop, _PREP_RW, (_WRITEV, self._fd, iov, count, -1, 0),
+                                          None, None, _POLLOUT)
+            self._inflight += 1
+            if op.future is None:
+                try:
+                    res = ready(op)
+                except OSError as exc:
+                    self._sent(exc)
+                else:
+                    self._sent(res)
+            else:
+                self._send_op = op
+                op.future.add_done_callback(self._send_done)
+
+    def _send_done(self, fut: asyncio.Future[int]) -> None:
+        self._send_op = None
+        if fut.cancelled():
+            self._sent(os_error(-_ECANCELED))
+        elif fut.exception() is not None:
+            exc = fut.exception()
+            self._sent(exc if isinstance(exc, OSError) else OSError(str(exc)))
+        else:
+            self._sent(fut.result())
+        if self._send_op is None:
+            self._send()
+
+    def _sent(self, res: int | OSError) -> None:
+        self._inflight -= 1
+        self._send_keep = None
+        if isinstance(res, OSError):
+            if not (res.errno == _ECANCELED and self._closing):
+                self._write_exc = res
+            self._pending.clear()
+            self._pending_size = 0
+        else:
+            pending = self._pending
+            self._pending_size -= res
+            while res:
+                first = pending[0]
+                if res >= len(first):
+                    res -= len(first)
+                    pending.popleft()
+                else:
+                    pending[0] = memoryview(first)[res:]
+                    res = 0
+        self._wake_drainers()
+        if not self._pending:
+            if self._eof_wanted and self._write_exc is None and not self._closing:
+                self._shutdown()
+            if self._closing and not self._inflight:
+                self._finish_close()
+
+    # ---------------------------------------------------------------- drain
+    def _wake_drainers(self) -> None:
+        if self._pending_size <= self._low or self._write_exc is not None or self._closed:
+            waiters, self._drain_waiters = self._drain_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def drain(self) -> None:
+        if self._write_exc is not None:
+            exc = self._write_exc
+            raise type(exc)(exc.errno, exc.strerror)
+        if self._closed:
+            raise ConnectionResetError("Connection lost")
+        if self._closing:
+            await asyncio.sleep(0)  # as asyncio's drain: let the close progress
+            if self._closed:
+                raise ConnectionResetError("Connection lost")
+        if self._pending_size <= self._high:
+            return
+        fut = self._loop.create_future()
+        self._drain_waiters.append(fut)
+        await fut
+        if self._write_exc is not None:
+            exc = self._write_exc
+            raise type(exc)(exc.errno, exc.strerror)
+        if self._closed:
+            raise ConnectionResetError("Connection lost")
+
+    # ---------------------------------------------------------------- close
+    def close(self) -> None:
+        """Let buffered writes go out, cancel a receive in flight, then close the fd."""
+        if self._closing:
+            return
+        self._closing = True
+        op = self._read_op
+        if op is not None:
+            self._ring.cancel(op)
+        if not self._inflight:
+            self._finish_close()
+
+    def abort(self) -> None:
+        """Close at once: buffered writes are dropped, operations in flight cancelled."""
+        self._pending.clear()
+        self._pending_size = 0
+        if self._send_op is not None:
+            self._ring.cancel(self._send_op)
+        self._closing = False  # close() runs in full
+        self.close()
+
+    def _finish_close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._owner.close() if not isinstance(self._owner, int) else os.close(self._owner)
+        except OSError:
+            pass  # the fd is gone either way; nobody is left to tell
+        self._wake_drainers()
+        if not self._closed_future.done():
+            self._closed_future.set_result(None)
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._closed_future)
+
+
+class StreamReader(asyncio.StreamReader):
+    """asyncio's StreamReader, fed by ring receives; plus readinto and readinto_exactly."""
+
+    # asyncio.StreamReader's own state, which typeshed does not declare.
+    _buffer: bytearray
+    _eof: bool
+    _exception: BaseException | None
+    _waiter: asyncio.Future[None] | None
+    _loop: asyncio.AbstractEventLoop
+
+    _channel: _Channel | None = None
+    _chunk: bytearray | None = None
+    _chunk_c: Any = None
+    _busy: asyncio.Future[None] | None = None
+
+    def _attach(self, channel: _Channel) -> None:
+        self._channel = channel
+        busy = self._loop.create_future()
+        busy.cancel()  # a stand-in waiter: feed_data() never sets it
+        self._busy = busy
+
+    def _begin(self, func_name: str) -> None:
+        if self._waiter is not None:
+            raise RuntimeError(f"{func_name}() called while another coroutine is already "
+                               "waiting for incoming data")
+        self._waiter = self._busy
+
+    async def _wait_for_data(self, func_name: str) -> None:
+        channel = self._channel
+        if channel is None:
+            return await super()._wait_for_data(func_name)  # type: ignore[misc]
+        self._begin(func_name)
+        try:
+            if self._chunk is None:
+                self._chunk = bytearray(_CHUNK)
+                self._chunk_c = _from_buffer(_CHARS, self._chunk, True)
+            n = await channel.receive(self._chunk_c, _CHUNK)
+        except OSError as exc:
+            self._waiter = None
+            self.set_exception(exc)
+            raise
+        finally:
+            self._waiter = None
+        if n:
+            self.feed_data(memoryview(self._chunk)[:n])
+        else:
+            self.feed_eof()
+
+    def feed_eof(self) -> None:
+        super().feed_eof()
+        channel = self._channel
+        if channel is not None and not channel._writable:
+            channel.close()  # a pipe's reader: nothing more can come, release the fd
+
+    def close(self) -> None:
+        """Close the channel the reader receives from (a pipe reader's pipe);
+        a receive in flight ends as at EOF."""
+        if self._channel is not None:
+            self._channel.close()
+
+    async def wait_closed(self) -> None:
+        if self._channel is not None:
+            await self._channel.wait_closed()
+
+    async def readinto(self, buf: Any) -> int:
+        """Read at least one byte into `buf` (0 at EOF): buffered bytes first,
+        otherwise one receive straight into `buf`."""
+        view = _buffer_view(buf, "readinto")
+        if self._exception is not None:
+            raise self._exception
+        n = len(view)
+        if not n:
+            return 0
+        buffered = self._buffer
+        if buffered:
+            k = min(n, len(buffered))
+            view[:k] = buffered[:k]
+            del buffered[:k]
+            self._maybe_resume_transport()  # type: ignore[attr-defined]
+            return k
+        if self._eof or self._channel is None:
+            if self._eof:
+                return 0
+            await self._wait_for_data("readinto")
+            return await self.readinto(view)
+        self._begin("readinto")
+        cbuf = _from_buffer(_CHARS, view, True)
+        try:
+            got = await self._channel.receive(cbuf, n)
+        except OSError as exc:
+            self._waiter = None
+            self.set_exception(exc)
+            raise
+        finally:
+            self._waiter = None
+            ffi.release(cbuf)
+        if not got:
+            self.feed_eof()
+        return got
+
+    async def readinto_exactly(self, buf: Any) -> int:
+        """Fill all of `buf` and return its length, or raise
+        asyncio.IncompleteReadError (with the bytes received) at EOF.
+
+        Buffered bytes are copied first; the rest is received straight into
+        `buf`.  If the task is cancelled, the bytes already received go back
+        in front of the buffer: the next read returns them."""
+        view = _buffer_view(buf, "readinto_exactly")
+        if self._exception is not None:
+            raise self._exception
+        n = len(view)
+        buffered = self._buffer
+        k = min(n, len(buffered))
+        if k:
+            view[:k] = buffered[:k]
+            del buffered[:k]
+            self._maybe_resume_transport()  # type: ignore[attr-defined]
+        if k == n:
+            return n
+        if self._eof:
+            raise asyncio.IncompleteReadError(bytes(view[:k]), n)
+        channel = self._channel
+        if channel is None:
+            self._buffer[:0] = view[:k]
+            data = await self.readexactly(n)
+            view[:] = data
+            return n
+        self._begin("readinto_exactly")
+        cbuf = _from_buffer(_CHARS, view, True)
+        done = k
+        try:
+            while done < n:
+                got = await channel.receive(cbuf + done, n - done, _WAITALL)
+                if not got:
+                    break
+                done += got
+        except BaseException as exc:
+            self._waiter = None
+            ffi.release(cbuf)
+            if done:
+                self._buffer[:0] = view[:done]  # nothing received is lost
+            if isinstance(exc, OSError):
+                self.set_exception(exc)
+            raise
+        self._waiter = None
+        ffi.release(cbuf)
+        if done < n:
+            self.feed_eof()
+            raise asyncio.IncompleteReadError(bytes(view[:done]), n)
+        return n
+
+
+class StreamWriter:
+    """asyncio's StreamWriter methods over a ring channel."""
+
+    def __init__(self, channel: _Channel, reader: StreamReader | None,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = channel
+        self._reader = reader
+        self._loop = loop
+
+    def __repr__(self) -> str:
+        info = [self.__class__.__name__, f"transport={self._transport!r}"]
+        if self._reader is not None:
+            info.append(f"reader={self._reader!r}")
+        return "<{}>".format(" ".join(info))
+
+    @property
+    def transport(self) -> _Channel:
+        return self._transport
+
+    def write(self, data: Any) -> None:
+        self._transport.write(data)
+
+    def writelines(self, data: Iterable[Any]) -> None:
+        self._transport.writelines(data)
+
+    def write_eof(self) -> None:
+        self._transport.write_eof()
+
+    def can_write_eof(self) -> bool:
+        return self._transport.can_write_eof()
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    async def wait_closed(self) -> None:
+        await self._transport.wait_closed()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    async def drain(self) -> None:
+        """Wait until the buffered data fell to the low water mark; raise the
+        error that ended the connection, as asyncio's drain does."""
+        if self._reader is not None:
+            exc = self._reader.exception()
+            if exc is not None:
+                raise exc
+        await self._transport.drain()
+
+
+# ------------------------------------------------------------ constructors
+def _socket_extra(sock: socket.socket) -> dict[str, Any]:
+    extra: dict[str, Any] = {"socket": sock}
+    try:
+        extra["sockname"] = sock.getsockname()
+    except OSError:
+        extra["sockname"] = None
+    try:
+        extra["peername"] = sock.getpeername()
+    except OSError:
+        extra["peername"] = None
+    return extra
+
+
+def _set_nodelay(sock: socket.socket) -> None:
+    if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+
+
+def _streams_for(sock: socket.socket, limit: int,
+                 loop: asyncio.AbstractEventLoop) -> tuple[StreamReader, StreamWriter]:
+    sock.setblocking(False)
+    _set_nodelay(sock)
+    channel = _Channel(loop, sock.fileno(), sock, is_socket=True, readable=True, writable=True,
+                       extra=_socket_extra(sock))
+    reader = StreamReader(limit=limit, loop=loop)
+    reader._attach(channel)
+    return reader, StreamWriter(channel, reader, loop)
+
+
+def _no_tls(ssl: Any) -> None:
+    if ssl:
+        raise ValueError("aioring streams carry plain TCP and unix sockets; "
+                         "use asyncio's streams for TLS")
+
+
+async def open_connection(host: str | None = None, port: int | str | None = None, *,
+                          limit: int = _DEFAULT_LIMIT, ssl: Any = None, family: int = 0,
+                          proto: int = 0, flags: int = 0, sock: socket.socket | None = None,
+                          local_addr: tuple[str, int] | None = None,
+                          **kwargs: Any) -> tuple[StreamReader, StreamWriter]:
+    """asyncio.open_connection over the ring: (reader, writer).
+
+    Tries each address getaddrinfo gives, in order, as loop.create_connection
+    does without happy eyeballs."""
+    _no_tls(ssl)
+    loop = asyncio.get_running_loop()
+    if sock is not None:
+        if host is not None or port is not None:
+            raise ValueError("host/port and sock can not be specified at the same time")
+        check_socket(sock)
+        if sock.type != socket.SOCK_STREAM:
+            raise ValueError(f"A Stream Socket was expected, got {sock!r}")
+        return _streams_for(sock, limit, loop)
+    if host is None and port is None:
+        raise ValueError("host and port was not specified and no sock specified")
+    infos = await loop.getaddrinfo(host, port, family=family, type=socket.SOCK_STREAM, proto=proto,
+                                   flags=flags)
+    if not infos:
+        raise OSError("getaddrinfo() returned empty list")
+    local_infos = None
+    if local_addr is not None:
+        local_infos = await loop.getaddrinfo(*local_addr, family=family, type=socket.SOCK_STREAM,
+                                             proto=proto, flags=flags)
+        if not local_infos:
+            raise OSError("getaddrinfo() returned empty list")
+    exceptions: list[OSError] = []
+    for fam, type_, pro, _, address in infos:
+        conn = socket.socket(fam, type_, pro)
+        try:
+            conn.setblocking(False)
+            if local_infos is not None:
+                for lfam, _, _, _, laddr in local_infos:
+                    if lfam != fam:
+                        continue
+                    try:
+                        conn.bind(laddr)
+                        break
+                    except OSError as exc:
+                        exceptions.append(OSError(exc.errno, f"error while attempting to bind on "
+                                                  f"address {laddr!r}: {(exc.strerror or str(exc)).lower()}"))
+                else:
+                    conn.close()
+                    continue
+            await sock_connect(conn, address)
+        except OSError as exc:
+            conn.close()
+            exceptions.append(exc)
+            continue
+        except BaseException:
+            conn.close()
+            raise
+        return _streams_for(conn, limit, loop)
+    if len(exceptions) == 1:
+        raise exceptions[0]
+    if exceptions and all(str(exc) == str(exceptions[0]) for exc in exceptions):
+        raise exceptions[0]
+    raise OSError("Multiple exceptions: {}".format(", ".join(str(exc) for exc in exceptions)))
+
+
+async def open_unix_connection(path: str | bytes | os.PathLike[str] | None = None, *,
+                               limit: int = _DEFAULT_LIMIT, ssl: Any = None,
+                               sock: socket.socket | None = None,
+                               **kwargs: Any) -> tuple[StreamReader, StreamWriter]:
+    """asyncio.open_unix_connection over the ring: (reader, writer)."""
+    _no_tls(ssl)
+    loop = asyncio.get_running_loop()
+    if sock is not None:
+        if path is not None:
+            raise ValueError("path and sock can not be specified at the same time")
+        check_socket(sock)
+        if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+            raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
+        return _streams_for(sock, limit, loop)
+    if path is None:
+        raise ValueError("no path and sock were specified")
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0)
+    try:
+        conn.setblocking(False)
+        await sock_connect(conn, os.fspath(path))
+    except BaseException:
+        conn.close()
+        raise
+    return _streams_for(conn, limit, loop)
+
+
+# ------------------------------------------------------------------ server
+ClientConnected = Callable[[StreamReader, StreamWriter], Awaitable[None] | None]
+
+
+class Server:
+    """asyncio.Server's interface for a ring server: close, wait_closed,
+    serve_forever, start_serving, is_serving, sockets, async with."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sockets: list[socket.socket],
+                 callback: ClientConnected, limit: int, backlog: int,
+                 unix_path: str | bytes | None = None) -> None:
+        self._loop = loop
+        self._sockets = sockets
+        self._callback = callback
+        self._limit = limit
+        self._backlog = backlog
+        self._unix_path = unix_path
+        self._accepters: list[asyncio.Task[None]] = []
+        self._serving = False
+        self._closed = False
+        self._serving_forever: asyncio.Future[None] | None = None
+        self._writers: set[StreamWriter] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()
+        self._all_closed: asyncio.Future[None] = loop.create_future()
+        self._accepters_closing: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<{self.__class__.__name__} sockets={self.sockets!r}>"
+
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:
+        return () if self._closed else tuple(self._sockets)
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def is_serving(self) -> bool:
+        return self._serving
+
+    async def start_serving(self) -> None:
+        self._start()
+        await asyncio.sleep(0)  # as asyncio's: the accept loops are running on return
+
+    def _start(self) -> None:
+        if self._serving or self._closed:
+            return
+        self._serving = True
+        for sock in self._sockets:
+            sock.listen(self._backlog)
+            self._accepters.append(self._loop.create_task(self._accept(sock)))
+
+    async def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = await sock_accept(listener)
+            except (ConnectionAbortedError, BlockingIOError, InterruptedError):
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # As asyncio: out of fds or memory; say so and retry in a second.
+                    self._loop.call_exception_handler({
+                        "message": "socket.accept() out of system resource", "exception": exc,
+                        "socket": listener})
+                    await asyncio.sleep(1)
+                    continue
+                raise
+            self._connected(conn)
+
+    def _connected(self, conn: socket.socket) -> None:
+        reader, writer = _streams_for(conn, self._limit, self._loop)
+        self._writers.add(writer)
+        closed = writer._transport._closed_future
+        closed.add_done_callback(lambda _: self._forget(writer))
+        try:
+            res = self._callback(reader, writer)
+        except Exception as exc:
+            self._report(exc, writer)
+            return
+        if asyncio.iscoroutine(res):
+            task = self._loop.create_task(res)
+            self._handlers.add(task)
+            task.add_done_callback(lambda t: self._handler_done(t, writer))
+
+    def _handler_done(self, task: asyncio.Task[Any], writer: StreamWriter) -> None:
+        self._handlers.discard(task)
+        if task.cancelled():
+            writer.close()
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._report(exc, writer)
+
+    def _report(self, exc: BaseException, writer: StreamWriter) -> None:
+        # asyncio's StreamReaderProtocol says this and closes the transport.
+        self._loop.call_exception_handler({
+            "message": "Unhandled exception in client_connected_cb",
+            "exception": exc, "transport": writer.transport})
+        writer.close()
+
+    def _forget(self, writer: StreamWriter) -> None:
+        self._writers.discard(writer)
+        self._check_all_closed()
+
+    def _check_all_closed(self) -> None:
+        if self._closed and not self._writers and not self._accepters \
+                and not self._all_closed.done():
+            self._all_closed.set_result(None)
+
+    def close(self) -> None:
+        """Stop listening and close the listening sockets; connections stay open."""
+        if self._closed:
+            return
+        self._closed = True
+        self._serving = False
+        accepters, self._accepters = self._accepters, []
+        for task in accepters:
+            task.cancel()
+        listeners = list(self._sockets)
+
+        async def close_listeners() -> None:
+            # The accept operations hold the listeners: close them after they ended.
+            await asyncio.gather(*accepters, return_exceptions=True)
+            for sock in listeners:
+                sock.close()
+            self._remove_unix_path()
+            self._check_all_closed()
+
+        if accepters:
+            self._accepters_closing = self._loop.create_task(close_listeners())
+        else:
+            for sock in listeners:
+                sock.close()
+            self._remove_unix_path()
+            self._check_all_closed()
+        if self._serving_forever is not None and not self._serving_forever.done():
+            self._serving_forever.cancel()
+
+    def _remove_unix_path(self) -> None:
+        path = self._unix_path
+        if path is None:
+            return
+        self._unix_path = None
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+    def close_clients(self) -> None:
+        for writer in list(self._writers):
+            writer.close()
+
+    def abort_clients(self) -> None:
+        for writer in list(self._writers):
+            writer.transport.abort()
+
+    async def wait_closed(self) -> None:
+        """Wait until the server is closed and every connection it accepted is closed."""
+        if not self._closed:
+            return  # as asyncio's before close(): nothing to wait for
+        await asyncio.shield(self._all_closed)
+
+    async def serve_forever(self) -> None:
+        if self._serving_forever is not None:
+            raise RuntimeError(f"server {self!r} is already being awaited on serve_forever()")
+        if self._closed:
+            raise RuntimeError(f"server {self!r} is closed")
+        self._start()
+        self._serving_forever = self._loop.create_future()
+        try:
+            await self._serving_forever
+        except asyncio.CancelledError:
+            try:
+                self.close()
+                await self.wait_closed()
+            finally:
+                raise
+        finally:
+            self._serving_forever = None
+
+    async def __aenter__(self) -> Server:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self.close()
+        await self.wait_closed()
+
+
+async def start_server(client_connected_cb: ClientConnected, host: Any = None,
+                       port: int | str | None = None, *, limit: int = _DEFAULT_LIMIT,
+                       family: int = socket.AF_UNSPEC, flags: int = socket.AI_PASSIVE,
+                       sock: socket.socket | None = None, backlog: int = 100, ssl: Any = None,
+                       reuse_address: bool | None = None, reuse_port: bool | None = None,
+                       start_serving: bool = True, **kwargs: Any) -> Server:
+    """asyncio.start_server over the ring: a Server whose connections get
+    (StreamReader, StreamWriter) pairs; `client_connected_cb` may be a coroutine function."""
+    _no_tls(ssl)
+    loop = asyncio.get_running_loop()
+    if sock is not None:
+        if host is not None or port is not None:
+            raise ValueError("host/port and sock can not be specified at the same time")
+        check_socket(sock)
+        if sock.type != socket.SOCK_STREAM:
+            raise ValueError(f"A Stream Socket was expected, got {sock!r}")
+        sockets = [sock]
+    else:
+        sockets = await _listeners(loop, host, port, family, flags, reuse_address, reuse_port)
+    for s in sockets:
+        s.setblocking(False)
+    server = Server(loop, sockets, client_connected_cb, limit, backlog)
+    if start_serving:
+        server._start()
+        await asyncio.sleep(0)
+    return server
+
+
+async def _listeners(loop: asyncio.AbstractEventLoop, host: Any, port: Any, family: int, flags: int,
+                     reuse_address: bool | None, reuse_port: bool | None) -> list[socket.socket]:
+    # As loop.create_server: every address of every host, SO_REUSEADDR on
+    # by default, IPV6_V6ONLY on IPv6 sockets, duplicates skipped.
+    if host == "":
+        hosts: list[Any] = [None]
+    elif isinstance(host, str) or not isinstance(host, Iterable):
+        hosts = [host]
+    else:
+        hosts = list(host)
+    infos = set()
+    for h in hosts:
+        found = await loop.getaddrinfo(h, port, family=family, type=socket.SOCK_STREAM, flags=flags)
+        if not found:
+            raise OSError(f"getaddrinfo({h!r}) returned empty list")
+        infos.update(found)
+    if reuse_address is None:
+        reuse_address = os.name == "posix" and sys.platform != "cygwin"
+    sockets: list[socket.socket] = []
+    try:
+        for af, type_, proto, _, address in sorted(infos, key=lambda i: (i[0], str(i[4]))):
+            try:
+                s = socket.socket(af, type_, proto)
+            except OSError:
+                continue  # an address family this host lacks
+            sockets.append(s)
+            if reuse_address:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, True)
+            if reuse_port:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, True)
+            if af == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, True)
+            try:
+                s.bind(address)
+            except OSError as err:
+                reason = (err.strerror or str(err)).lower()
+                msg = f"error while attempting to bind on address {address!r}: {reason}"
+                raise OSError(err.errno, msg) from None
+    except BaseException:
+        for s in sockets:
+            s.close()
+        raise
+    return sockets
+
+
+async def start_unix_server(client_connected_cb: ClientConnected,
+                            path: str | bytes | os.PathLike[str] | None = None, *,
+                            limit: int = _DEFAULT_LIMIT, sock: socket.socket | None = None,
+                            backlog: int = 100, ssl: Any = None, start_serving: bool = True,
+                            cleanup_socket: bool = True, **kwargs: Any) -> Server:
+    """asyncio.start_unix_server over the ring.  A stale socket file at `path`
+    is replaced, and the file is removed when the server closes, as in 3.13."""
+    _no_tls(ssl)
+    loop = asyncio.get_running_loop()
+    unix_path: str | bytes | None = None
+    if path is not None:
+        if sock is not None:
+            raise ValueError("path and sock can not be specified at the same time")
+        path = os.fspath(path)
+        if path and path[0] not in (0, "\x00"):
+            try:
+                if stat.S_ISSOCK(os.stat(path).st_mode):
+                    os.remove(path)
+            except FileNotFoundError:
+                pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+        except OSError as exc:
+            sock.close()
+            if exc.errno == errno.EADDRINUSE:
+                raise OSError(errno.EADDRINUSE, f"Address {path!r} is already in use") from None
+            raise
+        if cleanup_socket and path[0] not in (0, "\x00"):
+            unix_path = path
+    elif sock is None:
+        raise ValueError("path was not specified, and no sock specified")
+    else:
+        check_socket(sock)
+        if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+            raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
+    sock.setblocking(False)
+    server = Server(loop, [sock], client_connected_cb, limit, backlog, unix_path)
+    if start_serving:
+        server._start()
+        await asyncio.sleep(0)
+    return server
+
+
+# ------------------------------------------------------------------- pipes
+def _pipe_fd(pipe: Any) -> tuple[int, Any]:
+    if isinstance(pipe, int):
+        return check_fd(pipe), pipe
+    try:
+        fd = pipe.fileno()
+    except AttributeError:
+        raise TypeError(f"a pipe must be a file object or an fd, not {type(pipe).__name__}") from None
+    return check_fd(fd), pipe
+
+
+def _check_pipe(fd: int) -> None:
+    mode = os.fstat(fd).st_mode
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+        raise ValueError("Pipe transport is only for pipes, sockets and character devices")
+
+
+async def open_pipe_reader(pipe: Any, *, limit: int = _DEFAULT_LIMIT) -> StreamReader:
+    """A StreamReader on the read end of a pipe (a file object or an fd).
+
+    The reader owns the pipe from here on: closing it (feed_eof at EOF does
+    not) is done by its channel, reachable as ``reader._channel``, or when
+    the reader is garbage; a subprocess's stdout works as is."""
+    loop = asyncio.get_running_loop()
+    fd, owner = _pipe_fd(pipe)
+    _check_pipe(fd)
+    channel = _Channel(loop, fd, owner, is_socket=False, readable=True, writable=False,
+                       extra={"pipe": pipe})
+    reader = StreamReader(limit=limit, loop=loop)
+    reader._attach(channel)
+    return reader
+
+
+async def open_pipe_writer(pipe: Any) -> StreamWriter:
+    """A StreamWriter on the write end of a pipe (a file object or an fd);
+    it owns the pipe: close() (or write_eof()) closes it once the data is out."""
+    loop = asyncio.get_running_loop()
+    fd, owner = _pipe_fd(pipe)
+    _check_pipe(fd)
+    channel = _Channel(loop, fd, owner, is_socket=False, readable=False, writable=True,
+                       extra={"pipe": pipe})
+    return StreamWriter(channel, None, loop)
