@@ -361,24 +361,24 @@ def _connect_error(exc: OSError, address: Any) -> OSError:
 
 
 # ----------------------------------------------------------------- accept
-def _finish_accept(op: Op, res: int) -> int:
-    return res
-
-
 async def sock_accept(sock: socket.socket) -> tuple[socket.socket, Any]:
     """loop.sock_accept: (a new non-blocking socket, the peer's address)."""
     fd = check_socket(sock)
     loop, ring = _ring_and_loop()
     name = _alloc(_CHARS, _SOCKADDR_SIZE)
     namelen = ffi.new("socklen_t *", _SOCKADDR_SIZE)
-    keep = (name, namelen)
-    op = ring.start(loop, lib.aior_prep_accept,
-                    (fd, ffi.cast("struct sockaddr *", name), namelen, lib.SOCK_CLOEXEC),
-                    None, None, _POLLIN)
-    try:
-        new_fd = await result(ring, op)
-    finally:
-        del keep
+    while True:
+        op = ring.start(loop, lib.aior_prep_accept,
+                        (fd, ffi.cast("struct sockaddr *", name), namelen, lib.SOCK_CLOEXEC),
+                        None, None, 0)
+        try:
+            new_fd = await result(ring, op)
+            break
+        except BlockingIOError:
+            # An older kernel hands a non-blocking listener's EAGAIN back:
+            # wait until a connection is there, through the ring too.
+            op = ring.start(loop, lib.aior_prep_poll, (fd, _POLLIN), None, None, 0)
+            await result(ring, op)
     conn = socket.socket(sock.family, sock.type, sock.proto, fileno=new_fd)
     conn.setblocking(False)
     return conn, decode_sockaddr(ffi.buffer(name, namelen[0])[:], sock.family)
@@ -404,9 +404,16 @@ def _check_sendfile(sock: socket.socket, file: Any, offset: Any, count: Any) -> 
 
 async def _splice(ring: Ring, loop: asyncio.AbstractEventLoop, fd_in: int, off_in: int,
                   fd_out: int, nbytes: int) -> int:
-    op = ring.start(loop, lib.aior_prep_splice,
-                    (fd_in, off_in, fd_out, -1, nbytes, lib.SPLICE_F_MOVE, 0), None, None, 0)
-    return await result(ring, op)
+    while True:
+        op = ring.start(loop, lib.aior_prep_splice,
+                        (fd_in, off_in, fd_out, -1, nbytes, lib.SPLICE_F_MOVE, 0), None, None, 0)
+        try:
+            return await result(ring, op)
+        except BlockingIOError:
+            # A non-blocking socket with a full send buffer: wait until it
+            # takes more, through the ring too.
+            op = ring.start(loop, lib.aior_prep_poll, (fd_out, _POLLOUT), None, None, 0)
+            await result(ring, op)
 
 
 async def sock_sendfile(sock: socket.socket, file: Any, offset: int = 0, count: int | None = None,
@@ -443,10 +450,10 @@ async def sock_sendfile(sock: socket.socket, file: Any, offset: int = 0, count: 
             got = await _splice(ring, loop, file_fd, offset + total, wfd, want)
             if got == 0:
                 break
-            moved = 0
-            while moved < got:
-                moved += await _splice(ring, loop, rfd, -1, fd, got - moved)
-            total += got
+            while got:  # total counts what reached the socket, also when cancelled
+                moved = await _splice(ring, loop, rfd, -1, fd, got)
+                got -= moved
+                total += moved
         return total
     finally:
         os.close(rfd)

@@ -107,7 +107,7 @@ class _Channel:
         self._high = _HIGH_WATER
         self._low = _HIGH_WATER // 4
         self._drain_waiters: list[asyncio.Future[None]] = []
-        self._writers_lost = False
+        self._send_soon = False
 
     # ------------------------------------------------------------ transport
     def get_extra_info(self, name: str, default: Any = None) -> Any:
@@ -157,7 +157,7 @@ class _Channel:
         finally:
             self._read_op = None
             self._inflight -= 1
-            if self._closing and not self._inflight:
+            if self._closing and not self._inflight and not self._pending:
                 self._finish_close()
 
     # ---------------------------------------------------------------- write
@@ -179,8 +179,11 @@ class _Channel:
             return  # asyncio drops writes after close() silently
         self._pending.append(data)
         self._pending_size += len(data)
-        if self._send_op is None:
-            self._send()
+        if self._send_op is None and not self._send_soon:
+            # Writes of this loop iteration leave together, at its end or at
+            # drain(), whichever comes first: one (vectored) send for them all.
+            self._send_soon = True
+            self._loop.call_soon(self._send_now)
 
     def writelines(self, list_of_data: Iterable[Any]) -> None:
         for data in list_of_data:
@@ -192,6 +195,8 @@ class _Channel:
         if not self._writable:
             raise RuntimeError("this stream cannot write EOF")
         self._eof_wanted = True
+        if self._send_op is None and self._pending:
+            self._send()
         if self._send_op is None and not self._pending:
             self._shutdown()
 
@@ -203,6 +208,11 @@ class _Channel:
             self._owner.shutdown(socket.SHUT_WR)
         except OSError as exc:
             self._write_exc = exc
+
+    def _send_now(self) -> None:
+        self._send_soon = False
+        if self._send_op is None:
+            self._send()
 
     def _send(self) -> None:
         """Hand the pending data to the kernel; go on while sends complete at once."""
@@ -303,6 +313,8 @@ class _Channel:
             await asyncio.sleep(0)  # as asyncio's drain: let the close progress
             if self._closed:
                 raise ConnectionResetError("Connection lost")
+        if self._send_op is None and self._pending:
+            self._send()
         if self._pending_size <= self._high:
             return
         fut = self._loop.create_future()
@@ -323,7 +335,9 @@ class _Channel:
         op = self._read_op
         if op is not None:
             self._ring.cancel(op)
-        if not self._inflight:
+        if self._send_op is None and self._pending:
+            self._send()
+        if not self._inflight and not self._pending:
             self._finish_close()
 
     def abort(self) -> None:
@@ -589,22 +603,31 @@ def _streams_for(sock: socket.socket, limit: int,
     return reader, StreamWriter(channel, reader, loop)
 
 
-def _no_tls(ssl: Any) -> None:
+def _no_tls(ssl: Any, **ssl_only: Any) -> None:
     if ssl:
         raise ValueError("aioring streams carry plain TCP and unix sockets; "
                          "use asyncio's streams for TLS")
+    for name, value in ssl_only.items():
+        if value is not None:
+            raise ValueError(f"{name} is only meaningful with ssl")
 
 
 async def open_connection(host: str | None = None, port: int | str | None = None, *,
                           limit: int = _DEFAULT_LIMIT, ssl: Any = None, family: int = 0,
                           proto: int = 0, flags: int = 0, sock: socket.socket | None = None,
                           local_addr: tuple[str, int] | None = None,
-                          **kwargs: Any) -> tuple[StreamReader, StreamWriter]:
+                          server_hostname: str | None = None,
+                          ssl_handshake_timeout: float | None = None,
+                          ssl_shutdown_timeout: float | None = None,
+                          happy_eyeballs_delay: float | None = None, interleave: int | None = None,
+                          all_errors: bool = False) -> tuple[StreamReader, StreamWriter]:
     """asyncio.open_connection over the ring: (reader, writer).
 
-    Tries each address getaddrinfo gives, in order, as loop.create_connection
-    does without happy eyeballs."""
-    _no_tls(ssl)
+    Tries each address getaddrinfo gives, one after the other, as
+    loop.create_connection does; happy_eyeballs_delay and interleave are
+    accepted for compatibility, the attempts are not staggered."""
+    _no_tls(ssl, server_hostname=server_hostname, ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout)
     loop = asyncio.get_running_loop()
     if sock is not None:
         if host is not None or port is not None:
@@ -652,6 +675,8 @@ async def open_connection(host: str | None = None, port: int | str | None = None
             conn.close()
             raise
         return _streams_for(conn, limit, loop)
+    if all_errors and sys.version_info >= (3, 11):
+        raise ExceptionGroup("create_connection failed", exceptions)  # noqa: F821
     if len(exceptions) == 1:
         raise exceptions[0]
     if exceptions and all(str(exc) == str(exceptions[0]) for exc in exceptions):
@@ -662,9 +687,13 @@ async def open_connection(host: str | None = None, port: int | str | None = None
 async def open_unix_connection(path: str | bytes | os.PathLike[str] | None = None, *,
                                limit: int = _DEFAULT_LIMIT, ssl: Any = None,
                                sock: socket.socket | None = None,
-                               **kwargs: Any) -> tuple[StreamReader, StreamWriter]:
+                               server_hostname: str | None = None,
+                               ssl_handshake_timeout: float | None = None,
+                               ssl_shutdown_timeout: float | None = None,
+                               ) -> tuple[StreamReader, StreamWriter]:
     """asyncio.open_unix_connection over the ring: (reader, writer)."""
-    _no_tls(ssl)
+    _no_tls(ssl, server_hostname=server_hostname, ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout)
     loop = asyncio.get_running_loop()
     if sock is not None:
         if path is not None:
@@ -877,10 +906,13 @@ async def start_server(client_connected_cb: ClientConnected, host: Any = None,
                        family: int = socket.AF_UNSPEC, flags: int = socket.AI_PASSIVE,
                        sock: socket.socket | None = None, backlog: int = 100, ssl: Any = None,
                        reuse_address: bool | None = None, reuse_port: bool | None = None,
-                       start_serving: bool = True, **kwargs: Any) -> Server:
+                       start_serving: bool = True, keep_alive: bool | None = None,
+                       ssl_handshake_timeout: float | None = None,
+                       ssl_shutdown_timeout: float | None = None) -> Server:
     """asyncio.start_server over the ring: a Server whose connections get
     (StreamReader, StreamWriter) pairs; `client_connected_cb` may be a coroutine function."""
-    _no_tls(ssl)
+    _no_tls(ssl, ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout)
     loop = asyncio.get_running_loop()
     if sock is not None:
         if host is not None or port is not None:
@@ -893,6 +925,8 @@ async def start_server(client_connected_cb: ClientConnected, host: Any = None,
         sockets = await _listeners(loop, host, port, family, flags, reuse_address, reuse_port)
     for s in sockets:
         s.setblocking(False)
+        if keep_alive:  # 3.13's option: accepted sockets inherit it
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, True)
     server = Server(loop, sockets, client_connected_cb, limit, backlog)
     if start_serving:
         server._start()
@@ -949,10 +983,13 @@ async def start_unix_server(client_connected_cb: ClientConnected,
                             path: str | bytes | os.PathLike[str] | None = None, *,
                             limit: int = _DEFAULT_LIMIT, sock: socket.socket | None = None,
                             backlog: int = 100, ssl: Any = None, start_serving: bool = True,
-                            cleanup_socket: bool = True, **kwargs: Any) -> Server:
+                            cleanup_socket: bool = True,
+                            ssl_handshake_timeout: float | None = None,
+                            ssl_shutdown_timeout: float | None = None) -> Server:
     """asyncio.start_unix_server over the ring.  A stale socket file at `path`
     is replaced, and the file is removed when the server closes, as in 3.13."""
-    _no_tls(ssl)
+    _no_tls(ssl, ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout)
     loop = asyncio.get_running_loop()
     unix_path: str | bytes | None = None
     if path is not None:
