@@ -210,7 +210,7 @@ async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
     loop, ring = _ring_and_loop()
     buf = _alloc(_CHARS, max(nbytes, 1))
     op = ring.start(loop, _PREP_RW, (_RECV, fd, buf, min(nbytes, MAX_RW), 0, 0),
-                    buf, _finish_recv, _POLLIN)
+                    buf, _finish_recv, _POLLIN, unbounded=True)
     return await result(ring, op)
 
 
@@ -220,7 +220,7 @@ async def sock_recv_into(sock: socket.socket, buf: Any) -> int:
     cbuf = writable_buffer(buf)
     loop, ring = _ring_and_loop()
     op = ring.start(loop, _PREP_RW, (_RECV, fd, cbuf, min(len(cbuf), MAX_RW), 0, 0),
-                    cbuf, None, _POLLIN)
+                    cbuf, None, _POLLIN, unbounded=True)
     return await result(ring, op)
 
 
@@ -245,7 +245,7 @@ async def _recvmsg(sock: socket.socket, cbuf: Any, nbytes: int) -> tuple[int, An
     op = ring.start(loop, lib.aior_prep_msg,
                     (_RECVMSG, fd, ffi.cast("struct msghdr *", m.msg), m.iov, 1, m.name,
                      _SOCKADDR_SIZE, 0),
-                    None, None, _POLLIN)
+                    None, None, _POLLIN, unbounded=True)
     try:
         n = await result(ring, op)
     finally:
@@ -288,7 +288,7 @@ async def send_all(fd: int, cbuf: Any, length: int) -> None:
     while done < length:
         n = min(length - done, MAX_RW)
         op = ring.start(loop, _PREP_RW, (_SEND, fd, cbuf + done, n, 0, _NOSIGNAL | _WAITALL),
-                        None, None, _POLLOUT)
+                        None, None, _POLLOUT, unbounded=True)
         done += await result(ring, op)
 
 
@@ -320,7 +320,7 @@ async def sock_sendto(sock: socket.socket, data: Any, address: Any) -> int:
     op = ring.start(loop, lib.aior_prep_msg,
                     (_SENDMSG, fd, ffi.cast("struct msghdr *", m.msg), m.iov, 1, cname,
                      len(name), _NOSIGNAL),
-                    None, None, _POLLOUT)
+                    None, None, _POLLOUT, unbounded=True)
     try:
         return await result(ring, op)
     finally:
@@ -335,7 +335,7 @@ async def sock_connect(sock: socket.socket, address: Any) -> None:
     name = await encode_sockaddr(sock, address, loop)
     cname = ffi.from_buffer(_CHARS, name)
     op = ring.start(loop, lib.aior_prep_connect, (fd, ffi.cast("struct sockaddr *", cname), len(name)),
-                    None, None, 0)
+                    None, None, 0, unbounded=True)
     try:
         await result(ring, op)
         return
@@ -346,7 +346,7 @@ async def sock_connect(sock: socket.socket, address: Any) -> None:
         del cname
     # An older kernel hands a non-blocking socket's EINPROGRESS back: wait
     # until it is writable, then read the outcome, as the loop does.
-    op = ring.start(loop, lib.aior_prep_poll, (fd, _POLLOUT), None, None, 0)
+    op = ring.start(loop, lib.aior_prep_poll, (fd, _POLLOUT), None, None, 0, unbounded=True)
     await result(ring, op)
     err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
     if err:
@@ -370,14 +370,14 @@ async def sock_accept(sock: socket.socket) -> tuple[socket.socket, Any]:
     while True:
         op = ring.start(loop, lib.aior_prep_accept,
                         (fd, ffi.cast("struct sockaddr *", name), namelen, lib.SOCK_CLOEXEC),
-                        None, None, 0)
+                        None, None, 0, unbounded=True)
         try:
             new_fd = await result(ring, op)
             break
         except BlockingIOError:
             # An older kernel hands a non-blocking listener's EAGAIN back:
             # wait until a connection is there, through the ring too.
-            op = ring.start(loop, lib.aior_prep_poll, (fd, _POLLIN), None, None, 0)
+            op = ring.start(loop, lib.aior_prep_poll, (fd, _POLLIN), None, None, 0, unbounded=True)
             await result(ring, op)
     conn = socket.socket(sock.family, sock.type, sock.proto, fileno=new_fd)
     conn.setblocking(False)
@@ -406,13 +406,14 @@ async def _splice(ring: Ring, loop: asyncio.AbstractEventLoop, fd_in: int, off_i
                   fd_out: int, nbytes: int) -> int:
     while True:
         op = ring.start(loop, lib.aior_prep_splice,
-                        (fd_in, off_in, fd_out, -1, nbytes, lib.SPLICE_F_MOVE, 0), None, None, 0)
+                        (fd_in, off_in, fd_out, -1, nbytes, lib.SPLICE_F_MOVE, 0), None, None, 0,
+                        unbounded=True)
         try:
             return await result(ring, op)
         except BlockingIOError:
             # A non-blocking socket with a full send buffer: wait until it
             # takes more, through the ring too.
-            op = ring.start(loop, lib.aior_prep_poll, (fd_out, _POLLOUT), None, None, 0)
+            op = ring.start(loop, lib.aior_prep_poll, (fd_out, _POLLOUT), None, None, 0, unbounded=True)
             await result(ring, op)
 
 

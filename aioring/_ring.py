@@ -129,6 +129,7 @@ class Op:
         "prep",
         "res",
         "state",
+        "unbounded",
         "waiter",
     )
 
@@ -145,6 +146,7 @@ class Op:
         self.waiter: asyncio.Future[Any] | None = None  # set once the caller was cancelled
         self.poll_mask = poll_mask  # for -EAGAIN on a non-blocking fd: poll, then retry
         self.polling = False
+        self.unbounded = False  # may wait for a peer indefinitely: exempt from backpressure
 
 
 def ready(op: Op) -> Any:
@@ -229,6 +231,7 @@ class Ring:
         self._ops: dict[int, Op] = {}
         self._waiting: deque[Op] = deque()
         self._limit = self.cq_entries
+        self._unbounded = 0  # unbounded ops in self._ops
         self._next_key = 1
         self._flush_handle: asyncio.Handle | None = None
         self._eager_task: asyncio.Task[Any] | None = None
@@ -263,13 +266,21 @@ class Ring:
 
     # ------------------------------------------------------------ submitting
     def start(self, loop: asyncio.AbstractEventLoop, prep: Callable[..., int], args: tuple[Any, ...],
-              keep: Any, finish: Callable[[Op, int], Any] | None, poll_mask: int = 0) -> Op:
+              keep: Any, finish: Callable[[Op, int], Any] | None, poll_mask: int = 0,
+              unbounded: bool = False) -> Op:
         """Queue one operation.
 
         When the operation completed inside the submit call that queued it,
         the returned op has no future (`op.future is None`): `ready(op)` gives
         its result at once.  Otherwise its future resolves with
         finish(op, res), or raises the OSError of a negative result.
+
+        `unbounded` marks an operation that may wait for a peer for as long as
+        the peer likes (a stream's receive, an accept): it never waits behind
+        backpressure and does not count against it, or a thousand idle
+        connections would hold every slot and starve everything else.  Should
+        their completions ever outnumber the CQ, the kernel keeps the excess
+        (IORING_FEAT_NODROP) until the next harvest.
         """
         if self._closed:
             raise RuntimeError("this io_uring is closed")
@@ -277,7 +288,9 @@ class Ring:
             _deliver_owed()
         op = Op(None, prep, args, keep, finish, poll_mask)
         ops = self._ops
-        if self._waiting or len(ops) >= self._limit:
+        if unbounded:
+            op.unbounded = True
+        elif self._waiting or len(ops) - self._unbounded >= self._limit:
             op.future = loop.create_future()
             self._waiting.append(op)
             self.stats["backpressured"] += 1
@@ -293,6 +306,8 @@ class Ring:
         op.key = key
         op.state = _SUBMITTED
         ops[key] = op
+        if unbounded:
+            self._unbounded += 1
         if self._flush_handle is None:
             # First operation of this loop iteration: submit it now (hybrid).
             self._flush_handle = loop.call_soon(self._flush)
@@ -345,6 +360,8 @@ class Ring:
         op.key = key
         op.state = _SUBMITTED
         self._ops[key] = op
+        if op.unbounded:
+            self._unbounded += 1
         return True
 
     def _prep_sqe(self, op: Op, key: int) -> int:
@@ -411,7 +428,7 @@ class Ring:
         waiting = self._waiting
         ops = self._ops
         limit = self._limit
-        while waiting and len(ops) < limit:
+        while waiting and (len(ops) - self._unbounded < limit or waiting[0].unbounded):
             op = waiting.popleft()
             if op.state == _WAITING and not self._prep(op):
                 waiting.appendleft(op)  # the SQ stays full: try again next iteration
@@ -426,6 +443,8 @@ class Ring:
             op = ops.pop(key, None)
             if op is None or op is _CANCEL:
                 continue
+            if op.unbounded:
+                self._unbounded -= 1
             if op.polling or (res == _EAGAIN and op.poll_mask):
                 if self._retry(op, res):
                     continue

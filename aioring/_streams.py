@@ -48,6 +48,7 @@ _CHUNK = 256 * 1024  # what asyncio's socket transport receives at a time
 _IOV_MAX = 1024
 _CHARS = ffi.typeof("char[]")
 _from_buffer = ffi.from_buffer
+_alloc = ffi.new_allocator(should_clear_after_alloc=False)
 _PREP_RW = lib.aior_prep_rw
 _RECV = lib.IORING_OP_RECV
 _READ = lib.IORING_OP_READ
@@ -145,7 +146,7 @@ class _Channel:
             args = (_RECV, self._fd, ptr, min(n, MAX_RW), 0, flags)
         else:
             args = (_READ, self._fd, ptr, min(n, MAX_RW), -1, 0)
-        op = self._ring.start(self._loop, _PREP_RW, args, None, None, _POLLIN)
+        op = self._ring.start(self._loop, _PREP_RW, args, None, None, _POLLIN, unbounded=True)
         self._read_op = op
         self._inflight += 1
         try:
@@ -225,7 +226,7 @@ class _Channel:
                     args: tuple[Any, ...] = (_SEND, self._fd, cbuf, n, 0, lib.MSG_NOSIGNAL | _WAITALL)
                 else:
                     args = (_WRITE, self._fd, cbuf, n, -1, 0)
-                op = self._ring.start(self._loop, _PREP_RW, args, cbuf, None, _POLLOUT)
+                op = self._ring.start(self._loop, _PREP_RW, args, cbuf, None, _POLLOUT, unbounded=True)
             else:
                 count = min(len(pending), _IOV_MAX)
                 iov = ffi.new("struct iovec[]", count)
@@ -240,11 +241,12 @@ class _Channel:
                     args = (_SENDMSG, self._fd, ffi.cast("struct msghdr *", msg), iov, count,
                             ffi.NULL, 0, _SEND_FLAGS)
                     self._send_keep = (msg, iov, exports)
-                    op = self._ring.start(self._loop, lib.aior_prep_msg, args, None, None, _POLLOUT)
+                    op = self._ring.start(self._loop, lib.aior_prep_msg, args, None, None, _POLLOUT,
+                                          unbounded=True)
                 else:
                     self._send_keep = (iov, exports)
                     op = self._ring.start(self._loop, _PREP_RW, (_WRITEV, self._fd, iov, count, -1, 0),
-                                          None, None, _POLLOUT)
+                                          None, None, _POLLOUT, unbounded=True)
             self._inflight += 1
             if op.future is None:
                 try:
@@ -376,8 +378,7 @@ class StreamReader(asyncio.StreamReader):
     _loop: asyncio.AbstractEventLoop
 
     _channel: _Channel | None = None
-    _chunk: bytearray | None = None
-    _chunk_c: Any = None
+    _chunk: Any = None  # the receive buffer, made at the first receive
     _busy: asyncio.Future[None] | None = None
 
     def _attach(self, channel: _Channel) -> None:
@@ -398,10 +399,12 @@ class StreamReader(asyncio.StreamReader):
             return await super()._wait_for_data(func_name)  # type: ignore[misc]
         self._begin(func_name)
         try:
-            if self._chunk is None:
-                self._chunk = bytearray(_CHUNK)
-                self._chunk_c = _from_buffer(_CHARS, self._chunk, True)
-            n = await channel.receive(self._chunk_c, _CHUNK)
+            chunk = self._chunk
+            if chunk is None:
+                # Not zeroed: the kernel touches only the pages it fills, so
+                # many idle connections cost address space, not memory.
+                chunk = self._chunk = _alloc(_CHARS, _CHUNK)
+            n = await channel.receive(chunk, _CHUNK)
         except OSError as exc:
             self._waiter = None
             self.set_exception(exc)
@@ -409,7 +412,7 @@ class StreamReader(asyncio.StreamReader):
         finally:
             self._waiter = None
         if n:
-            self.feed_data(memoryview(self._chunk)[:n])
+            self.feed_data(ffi.buffer(chunk, n))
         else:
             self.feed_eof()
 

@@ -6,6 +6,7 @@ import asyncio
 import gc
 import os
 import random
+import socket
 import threading
 
 import pytest
@@ -72,6 +73,31 @@ async def test_reads_beyond_the_completion_queue_wait_and_none_is_lost(pipes):
     for i, (_, w) in enumerate(pairs):
         os.write(w, b"pipe %d" % i)
     assert await asyncio.gather(*reads) == [b"pipe %d" % i for i in range(300)]
+
+
+async def test_idle_stream_receives_never_hold_back_other_operations(data_file):
+    """Receives that wait for a peer are exempt from backpressure: with far more
+    idle connections than the completion queue holds, a file read still runs,
+    and every receive still gets its data afterwards."""
+    fd, content = data_file
+    ring = _ring.get_ring(entries=4)
+    pairs = [socket.socketpair() for _ in range(3 * ring.cq_entries)]
+    try:
+        streams = [await aioring.open_connection(sock=a) for a, _ in pairs]
+        reads = [asyncio.ensure_future(r.read(10)) for r, _ in streams]
+        await asyncio.sleep(0)
+        assert aioring.statistics()["in_flight"] >= len(pairs) > ring.cq_entries
+        assert await aioring.read(fd, 100, 5) == content[5:105]
+        for i, (_, b) in enumerate(pairs):
+            b.send(b"conn %d" % i)
+        assert await asyncio.gather(*reads) == [b"conn %d" % i for i in range(len(pairs))]
+        for _, w in streams:
+            w.close()
+            await w.wait_closed()
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
 
 
 @pytest.mark.parametrize("blocking", [True, False], ids=["blocking", "nonblocking"])
