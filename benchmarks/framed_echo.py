@@ -1,0 +1,1442 @@
+#!/usr/bin/env python3
+"""Framed echo over loopback TCP: aioring's streams and sock_* functions against their peers.
+
+A frame is an 8-byte big-endian payload length followed by the payload.  A
+client sends a frame, waits for the whole echo, checks it, and sends the next
+(request/response ping-pong).  Server and client run in two separate worker
+processes (multiprocessing, "spawn" context) that live for the whole run; the
+parent only tells them what to do next.
+
+Frame sizes (payload): 64 MiB, 1 MiB and 64 KiB over one connection; 1 KiB over
+25 concurrent connections (--small-conns), each its own ping-pong.
+
+Variants (server and client alike; the async ones run on asyncio's default
+loop and on uvloop, --loop):
+
+* aioring-streams   aioring.start_server / open_connection; reads with
+                    ``reader.readinto_exactly(hdr)`` and ``readinto_exactly(view[:n])``
+                    into preallocated buffers; ``write(hdr)``, ``write(payload)``,
+                    ``await drain()``.  The server's payload is a memoryview of its
+                    receive buffer, which aioring's writer copies (bytes are not copied:
+                    the client sends bytes)
+* aioring-sock      aioring.sock_accept / sock_connect, sock_recv_into loops into a
+                    preallocated buffer, one sock_sendall of header + payload
+* asyncio-streams   asyncio.start_server / open_connection, readexactly, write + drain
+* asyncio-sock      loop.sock_recv_into loops + loop.sock_sendall
+* asyncio-protocol  a naive asyncio.Protocol that accumulates bytes and cuts frames
+* uvloop-bufferedprotocol  an asyncio.BufferedProtocol under uvloop whose get_buffer
+                    hands out the rest of the preallocated frame buffer (uvloop only)
+* threads           blocking sockets, a thread per connection, recv_into + sendall:
+                    the limit
+
+Measured per run, over a timed window after a warm-up: payload bytes echoed per
+second (one direction; MB = 10^6 bytes), frames per second, and the CPU time of
+the server and the client process (all their threads, kernel time included) in
+the window, read from their process CPU clocks.  Each configuration runs
+--repeat times, interleaved, and the median is reported.
+
+Caveat on 64 KiB: a 64 KiB payload makes a 65,544-byte frame, just past 64 KiB.
+On the 2-vCPU VM this was written on, loopback ping-pong with the threads
+variant ran ~620 MB/s at 65,528-byte payloads (65,536-byte frames) but ~250
+MB/s at 65,536 (and ~250 at 70,000): that row measures a TCP latency step of
+the kernel more than the libraries, and is the noisiest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import multiprocessing
+import os
+import re
+import socket
+import statistics
+import struct
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, cast
+
+from benchlib import (
+    KIB, MB, MIB, REPO, error_text, git_state, log, machine_cpu, machine_info, machine_line, new_loop,
+    parse_list, preset_value, spread_note, uvloop, version, write_json,
+)
+
+try:
+    import aioring
+except ImportError:  # not installed: use the checkout this script lives in
+    sys.path.insert(0, str(REPO))
+    import aioring
+
+
+HOST = "127.0.0.1"
+HDR = struct.Struct(">Q")
+ALL_VARIANTS = ("aioring-streams", "aioring-sock", "asyncio-streams", "asyncio-sock",
+                "asyncio-protocol", "uvloop-bufferedprotocol", "threads")
+ALL_LOOPS = ("asyncio", "uvloop")
+ALL_SIZES = (64 * MIB, 1 * MIB, 64 * KIB, 1 * KIB)
+SMALL = 64 * KIB  # frames below this run over --small-conns connections, the rest over one
+FULL_VERIFY_MAX = 64 * KIB  # payloads up to this are compared in full, every frame
+SPOTS = 14  # 64-byte slices compared per larger frame, besides its first and last 64 bytes
+PHASES = 8  # the slices move between frames (8 sets of positions)
+SPOT = 64
+REFERENCE = ("asyncio-streams", "uvloop")  # "uvloop streams" in the ratios
+LIMIT = ("threads", "-")
+# Targets of the project's issue: (size, connections, what, threshold).
+TARGETS = ((64 * MIB, "mb_per_s", REFERENCE, 3.5), (64 * MIB, "mb_per_s", LIMIT, 0.9),
+           (1 * KIB, "frames_per_s", REFERENCE, 1.0))
+DEFAULTS: dict[str, Any] = {"duration": 0.5, "repeat": 3, "min_frames": 2}
+QUICK: dict[str, Any] = {"duration": 0.08, "repeat": 1, "min_frames": 1}
+
+
+def loops_of(variant: str, loops: Sequence[str]) -> list[str]:
+    if variant == "threads":
+        return ["-"]
+    if variant == "uvloop-bufferedprotocol":
+        return ["uvloop"]
+    return list(loops)
+
+
+def conns_for(size: int, small_conns: int) -> int:
+    return small_conns if size < SMALL else 1
+
+
+def size_name(size: int) -> str:
+    for unit, name in ((MIB, "MiB"), (KIB, "KiB")):
+        if size >= unit and size % unit == 0:
+            return f"{size // unit} {name}"
+    return f"{size} B"
+
+
+def parse_sizes(text: str) -> list[int]:
+    """'64M,1M,64K,1K' -> payload sizes in bytes."""
+    sizes = []
+    for item in text.split(","):
+        match = re.fullmatch(r"\s*(\d+)\s*([kKmM]?)i?[bB]?\s*", item)
+        if not match:
+            raise argparse.ArgumentTypeError(f"not a size: {item!r} (use e.g. 64M, 1M, 64K, 1K)")
+        size = int(match[1]) * {"": 1, "k": KIB, "m": MIB}[match[2].lower()]
+        if size < 2 * SPOT:
+            raise argparse.ArgumentTypeError(f"frames must carry at least {2 * SPOT} bytes, not {size}")
+        sizes.append(size)
+    return sizes
+
+
+def set_nodelay(sock: Any) -> bool:
+    """Set TCP_NODELAY on a socket (or a loop's socket wrapper) and read it back."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+
+def tcp_socket(blocking: bool = False) -> socket.socket:
+    """A TCP socket made with proto=IPPROTO_TCP, so that asyncio's own
+    `sock.proto == IPPROTO_TCP` check sets TCP_NODELAY too; we set it anyway."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setblocking(blocking)
+    set_nodelay(sock)
+    return sock
+
+
+def listener(blocking: bool = False) -> socket.socket:
+    sock = tcp_socket(blocking)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((HOST, 0))
+    sock.listen(128)
+    return sock
+
+
+class Mismatch(Exception):
+    """The echo differs from what was sent."""
+
+
+# ------------------------------------------------------------------ frames
+class Frames:
+    """What the client sends: per connection two payloads (even and odd frames)
+    that differ throughout (one is a rotation of the other, with its own stamp)."""
+
+    def __init__(self, size: int, conns: int) -> None:
+        self.size = size
+        self.hdr = HDR.pack(size)
+        base = os.urandom(size)
+        self.payload: list[tuple[bytes, bytes]] = []
+        for c in range(conns):
+            pair = []
+            for parity in (0, 1):
+                rot = (1 + 4099 * (2 * c + parity)) % size
+                stamp = struct.pack(">4sII", b"echo", c, parity)
+                body = base[rot:] + base[:rot]
+                pair.append(stamp + body[len(stamp):size - len(stamp)] + stamp)
+            self.payload.append((pair[0], pair[1]))
+        self.frame = [(self.hdr + a, self.hdr + b) for a, b in self.payload]  # header + payload
+        self.full = size <= FULL_VERIFY_MAX
+        # Sampled check of larger payloads: first and last 64 bytes (the stamps)
+        # and SPOTS slices, at positions that move from frame to frame.
+        stride = (size - SPOT) // (SPOTS + 1)
+        self.spots: list[tuple[list[list[tuple[int, bytes]]], ...]] = []
+        for a, b in self.payload:
+            per_parity = []
+            for p in (a, b):
+                phases = []
+                for ph in range(PHASES):
+                    shift = ph * stride // PHASES
+                    offs = [0, size - SPOT] + [j * stride + shift for j in range(1, SPOTS + 1)]
+                    phases.append([(o, p[o:o + SPOT]) for o in offs])
+                per_parity.append(phases)
+            self.spots.append(tuple(per_parity))
+
+    def check(self, c: int, k: int, data: bytes | bytearray, full: bool = False) -> None:
+        """Payload of frame k on connection c: all of it (small frames, or `full`),
+        else the stamps and the spots of this frame's phase."""
+        if full or self.full:
+            if len(data) != self.size or not data.startswith(self.payload[c][k & 1]):
+                raise Mismatch(f"connection {c} frame {k}: the echoed payload differs")
+            return
+        for off, part in self.spots[c][k & 1][k % PHASES]:
+            if not data.startswith(part, off):
+                raise Mismatch(f"connection {c} frame {k}: the echoed payload differs at {off}")
+
+    def check_hdr(self, c: int, k: int, hdr: bytes | bytearray) -> None:
+        if hdr != self.hdr:
+            raise Mismatch(f"connection {c} frame {k}: header {bytes(hdr).hex()} != {self.hdr.hex()}")
+
+
+# ------------------------------------------------------------------ servers
+class ServerState:
+    """One served run: the handlers still running, what went wrong, TCP_NODELAY seen."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.transports: list[asyncio.BaseTransport] = []
+        self.errors: list[str] = []
+        self.nodelay: set[bool] = set()
+        self.accepted = 0
+        self.closers: list[Callable[[], Any]] = []
+
+    def new_conn(self, sock: Any) -> None:
+        self.accepted += 1
+        self.nodelay.add(set_nodelay(sock))
+
+    def spawn(self, loop: asyncio.AbstractEventLoop, handler: Awaitable[None]) -> None:
+        task = loop.create_task(self.guard(handler))
+        self.tasks.add(task)  # guard() discards it when it ends
+
+    async def guard(self, handler: Awaitable[None]) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)
+        try:
+            await handler
+        except (ConnectionResetError, BrokenPipeError):
+            pass  # the client went away; it closes only between frames
+        except Exception as exc:
+            self.errors.append(error_text(exc))
+        finally:
+            self.tasks.discard(task)
+
+    async def close(self) -> dict[str, Any]:
+        for closer in self.closers:
+            res = closer()
+            if asyncio.iscoroutine(res):
+                await res
+        if self.tasks:
+            _, pending = await asyncio.wait(list(self.tasks), timeout=5)
+            for task in pending:
+                task.cancel()
+            if pending:
+                self.errors.append(f"{len(pending)} handlers still running after the client left")
+        for transport in self.transports:
+            transport.close()
+        await asyncio.sleep(0)
+        return {"errors": self.errors, "nodelay": sorted(self.nodelay), "accepted": self.accepted}
+
+
+async def recv_exactly_aioring(sock: socket.socket, view: memoryview) -> bool:
+    """Fill view with aioring.sock_recv_into; False at EOF before the first byte."""
+    got, n = 0, len(view)
+    recv_into = aioring.sock_recv_into
+    while got < n:
+        r = await recv_into(sock, view[got:] if got else view)
+        if not r:
+            if got:
+                raise ConnectionResetError(f"EOF after {got} of {n} bytes")
+            return False
+        got += r
+    return True
+
+
+async def recv_exactly_loop(loop: asyncio.AbstractEventLoop, sock: socket.socket, view: memoryview) -> bool:
+    got, n = 0, len(view)
+    recv_into = loop.sock_recv_into
+    while got < n:
+        r = await recv_into(sock, view[got:] if got else view)
+        if not r:
+            if got:
+                raise ConnectionResetError(f"EOF after {got} of {n} bytes")
+            return False
+        got += r
+    return True
+
+
+async def serve_aioring_streams(state: ServerState) -> int:
+    async def handle(reader: aioring.StreamReader, writer: aioring.StreamWriter) -> None:
+        state.new_conn(writer.get_extra_info("socket"))
+        hdr = bytearray(8)
+        buf = bytearray(0)
+        view = memoryview(buf)
+        try:
+            while True:
+                try:
+                    await reader.readinto_exactly(hdr)
+                except asyncio.IncompleteReadError as exc:
+                    if exc.partial:
+                        raise
+                    return
+                n = HDR.unpack(hdr)[0]
+                if n > len(buf):
+                    buf = bytearray(n)  # a new buffer, never a resize
+                    view = memoryview(buf)
+                payload = view[:n]
+                await reader.readinto_exactly(payload)
+                writer.write(bytes(hdr))
+                writer.write(payload)  # copied by the writer (a memoryview)
+                await writer.drain()
+        finally:
+            writer.close()
+
+    server = await aioring.start_server(lambda r, w: state.guard(handle(r, w)), HOST, 0)
+    state.closers.append(server.close)
+    return int(server.sockets[0].getsockname()[1])
+
+
+async def serve_aioring_sock(state: ServerState) -> int:
+    lsock = listener()
+
+    async def handle(conn: socket.socket) -> None:
+        buf = bytearray(8)
+        view = memoryview(buf)
+        sendall = aioring.sock_sendall
+        try:
+            while True:
+                if not await recv_exactly_aioring(conn, view[:8]):
+                    return
+                n = HDR.unpack_from(buf)[0]
+                if n + 8 > len(buf):
+                    buf = bytearray(n + 8)
+                    buf[:8] = view[:8]
+                    view = memoryview(buf)
+                if not await recv_exactly_aioring(conn, view[8:8 + n]):
+                    raise ConnectionResetError("EOF after a header")
+                await sendall(conn, view[:8 + n])
+        finally:
+            conn.close()
+
+    async def accept() -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            conn, _ = await aioring.sock_accept(lsock)
+            state.new_conn(conn)
+            state.spawn(loop, handle(conn))
+
+    acceptor = asyncio.get_running_loop().create_task(accept())
+
+    async def stop() -> None:
+        acceptor.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await acceptor
+        lsock.close()
+    state.closers.append(stop)
+    return int(lsock.getsockname()[1])
+
+
+async def serve_asyncio_streams(state: ServerState) -> int:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        state.new_conn(writer.get_extra_info("socket"))
+        try:
+            while True:
+                try:
+                    hdr = await reader.readexactly(8)
+                except asyncio.IncompleteReadError as exc:
+                    if exc.partial:
+                        raise
+                    return
+                payload = await reader.readexactly(HDR.unpack(hdr)[0])
+                writer.write(hdr)
+                writer.write(payload)
+                await writer.drain()
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(lambda r, w: state.guard(handle(r, w)), sock=listener())
+    state.closers.append(server.close)
+    return int(server.sockets[0].getsockname()[1])
+
+
+async def serve_asyncio_sock(state: ServerState) -> int:
+    loop = asyncio.get_running_loop()
+    lsock = listener()
+
+    async def handle(conn: socket.socket) -> None:
+        buf = bytearray(8)
+        view = memoryview(buf)
+        try:
+            while True:
+                if not await recv_exactly_loop(loop, conn, view[:8]):
+                    return
+                n = HDR.unpack_from(buf)[0]
+                if n + 8 > len(buf):
+                    buf = bytearray(n + 8)
+                    buf[:8] = view[:8]
+                    view = memoryview(buf)
+                if not await recv_exactly_loop(loop, conn, view[8:8 + n]):
+                    raise ConnectionResetError("EOF after a header")
+                await loop.sock_sendall(conn, view[:8 + n])
+        finally:
+            conn.close()
+
+    async def accept() -> None:
+        while True:
+            conn, _ = await loop.sock_accept(lsock)
+            conn.setblocking(False)
+            state.new_conn(conn)
+            state.spawn(loop, handle(conn))
+
+    acceptor = loop.create_task(accept())
+
+    async def stop() -> None:
+        acceptor.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await acceptor
+        lsock.close()
+    state.closers.append(stop)
+    return int(lsock.getsockname()[1])
+
+
+class NaiveEchoProtocol(asyncio.Protocol):
+    """Accumulate whatever arrives; echo every complete frame."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.buf = bytearray()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport
+        self.state.transports.append(transport)
+        self.state.new_conn(transport.get_extra_info("socket"))
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        while len(buf) >= 8:
+            end = 8 + HDR.unpack_from(buf)[0]
+            if len(buf) < end:
+                break
+            self.transport.write(buf[:end])
+            del buf[:end]
+
+
+class BufferedEchoProtocol(asyncio.BufferedProtocol):
+    """get_buffer hands out the rest of the current frame's region of one buffer."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.buf = bytearray(8)
+        self.view = memoryview(self.buf)
+        self.pos = 0
+        self.end = 8  # 8 while reading the header, then 8 + payload length
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport
+        self.state.transports.append(transport)
+        self.state.new_conn(transport.get_extra_info("socket"))
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.view[self.pos:self.end]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.pos += nbytes
+        if self.pos < self.end:
+            return
+        if self.end == 8:
+            n = HDR.unpack_from(self.buf)[0]
+            self.end = 8 + n
+            if self.end > len(self.buf):
+                buf = bytearray(self.end)  # a new buffer: the old one may still be exported
+                buf[:8] = self.view[:8]
+                self.buf, self.view = buf, memoryview(buf)
+            if n:
+                return
+        self.transport.write(self.view[:self.end])  # ping-pong: nothing arrives before it is out
+        self.pos, self.end = 0, 8
+
+    def eof_received(self) -> bool | None:
+        if self.pos:
+            self.state.errors.append("EOF inside a frame")
+        return None
+
+
+async def serve_protocol(state: ServerState, factory: Callable[[ServerState], asyncio.BaseProtocol]) -> int:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: factory(state), sock=listener())
+    state.closers.append(server.close)
+    return int(server.sockets[0].getsockname()[1])
+
+
+ASYNC_SERVERS: dict[str, Callable[[ServerState], Awaitable[int]]] = {
+    "aioring-streams": serve_aioring_streams,
+    "aioring-sock": serve_aioring_sock,
+    "asyncio-streams": serve_asyncio_streams,
+    "asyncio-sock": serve_asyncio_sock,
+    "asyncio-protocol": lambda st: serve_protocol(st, NaiveEchoProtocol),
+    "uvloop-bufferedprotocol": lambda st: serve_protocol(st, BufferedEchoProtocol),
+}
+
+
+def recv_exactly_blocking(sock: socket.socket, view: memoryview) -> bool:
+    got, n = 0, len(view)
+    recv_into = sock.recv_into
+    while got < n:
+        r = recv_into(view[got:] if got else view)
+        if not r:
+            if got:
+                raise ConnectionResetError(f"EOF after {got} of {n} bytes")
+            return False
+        got += r
+    return True
+
+
+def serve_threads(conn: Connection) -> dict[str, Any]:
+    """The threads variant's server, run until the parent says stop."""
+    lsock = listener(blocking=True)
+    errors: list[str] = []
+    nodelay: set[bool] = set()
+    handlers: list[threading.Thread] = []
+
+    def handle(sock: socket.socket) -> None:
+        buf = bytearray(8)
+        view = memoryview(buf)
+        try:
+            while True:
+                if not recv_exactly_blocking(sock, view[:8]):
+                    return
+                n = HDR.unpack_from(buf)[0]
+                if n + 8 > len(buf):
+                    buf = bytearray(n + 8)
+                    buf[:8] = view[:8]
+                    view = memoryview(buf)
+                if not recv_exactly_blocking(sock, view[8:8 + n]):
+                    raise ConnectionResetError("EOF after a header")
+                sock.sendall(view[:8 + n])
+        except (ConnectionResetError, BrokenPipeError):
+            pass
+        except Exception as exc:
+            errors.append(error_text(exc))
+        finally:
+            sock.close()
+
+    def accept() -> None:
+        while True:
+            try:
+                sock, _ = lsock.accept()
+            except OSError:
+                return  # the listener was shut down
+            nodelay.add(set_nodelay(sock))
+            t = threading.Thread(target=handle, args=(sock,), daemon=True)
+            handlers.append(t)
+            t.start()
+
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
+    conn.send(("ok", lsock.getsockname()[1]))
+    conn.recv()  # stop
+    with contextlib.suppress(OSError):
+        lsock.shutdown(socket.SHUT_RDWR)  # wakes accept()
+    acceptor.join(5)
+    lsock.close()
+    for t in handlers:
+        t.join(5)
+    if any(t.is_alive() for t in handlers):
+        errors.append("handler threads still running after the client left")
+    return {"errors": errors, "nodelay": sorted(nodelay), "accepted": len(handlers)}
+
+
+def serve_async(conn: Connection, variant: str, loop_name: str) -> dict[str, Any]:
+    """Serve one run on a fresh loop until the parent says stop (a message on `conn`)."""
+    loop = new_loop(loop_name)
+    asyncio.set_event_loop(loop)
+    state = ServerState()
+    loop.set_exception_handler(lambda _, context: state.errors.append(loop_error(context)))
+    try:
+        port = loop.run_until_complete(ASYNC_SERVERS[variant](state))
+        ring0 = loop.run_until_complete(ring_stats()) if variant.startswith("aioring") else {}
+        conn.send(("ok", port))
+        stop: asyncio.Future[Any] = loop.create_future()
+
+        def on_control() -> None:
+            msg = conn.recv()
+            if not stop.done():
+                stop.set_result(msg)
+
+        loop.add_reader(conn.fileno(), on_control)
+        try:
+            loop.run_until_complete(stop)
+        finally:
+            loop.remove_reader(conn.fileno())
+            os.set_blocking(conn.fileno(), True)  # uvloop's add_reader made it non-blocking
+        info = loop.run_until_complete(state.close())
+        if ring0:
+            ring1 = loop.run_until_complete(ring_stats())
+            info["ring"] = {k: ring1[k] - ring0.get(k, 0) for k in RING_COUNTERS}
+        return info
+    finally:
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+def loop_error(context: dict[str, Any]) -> str:
+    """What the loop's exception handler was told, in one line."""
+    exc = context.get("exception")
+    return f"{context.get('message')}: {error_text(exc)}" if exc is not None else str(context.get("message"))
+
+
+RING_COUNTERS = ("submit_calls", "wakeups", "completions", "backpressured", "cancels")
+
+
+async def ring_stats() -> dict[str, int]:
+    return aioring.statistics()
+
+
+# ------------------------------------------------------------------ clients
+class Conn:
+    """One client connection of an async variant: roundtrip(k) sends frame k,
+    receives its echo and checks it; last() is the last payload received."""
+
+    def __init__(self, frames: Frames, c: int) -> None:
+        self.frames = frames
+        self.c = c
+        self.nodelay = False
+
+    async def roundtrip(self, k: int, full: bool = False) -> None:
+        raise NotImplementedError
+
+    def last(self) -> bytes | bytearray:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+class AioringStreamsConn(Conn):
+    async def open(self, port: int) -> None:
+        self.reader, self.writer = await aioring.open_connection(HOST, port)
+        self.nodelay = set_nodelay(self.writer.get_extra_info("socket"))
+        self.rhdr = bytearray(8)
+        self.rbuf = bytearray(self.frames.size)
+
+    async def roundtrip(self, k: int, full: bool = False) -> None:
+        f = self.frames
+        w, r = self.writer, self.reader
+        w.write(f.hdr)
+        w.write(f.payload[self.c][k & 1])  # bytes: sent without a copy
+        await w.drain()
+        await r.readinto_exactly(self.rhdr)
+        f.check_hdr(self.c, k, self.rhdr)
+        await r.readinto_exactly(self.rbuf)
+        f.check(self.c, k, self.rbuf, full)
+
+    def last(self) -> bytearray:
+        return self.rbuf
+
+    async def close(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
+class AioringSockConn(Conn):
+    async def open(self, port: int) -> None:
+        self.sock = tcp_socket()
+        self.nodelay = set_nodelay(self.sock)
+        await aioring.sock_connect(self.sock, (HOST, port))
+        self.rhdr = bytearray(8)
+        self.rbuf = bytearray(self.frames.size)
+        self.hview, self.rview = memoryview(self.rhdr), memoryview(self.rbuf)
+
+    async def roundtrip(self, k: int, full: bool = False) -> None:
+        f = self.frames
+        await aioring.sock_sendall(self.sock, f.frame[self.c][k & 1])
+        if not await recv_exactly_aioring(self.sock, self.hview):
+            raise ConnectionResetError("the server closed the connection")
+        f.check_hdr(self.c, k, self.rhdr)
+        if not await recv_exactly_aioring(self.sock, self.rview):
+            raise ConnectionResetError("EOF after a header")
+        f.check(self.c, k, self.rbuf, full)
+
+    def last(self) -> bytearray:
+        return self.rbuf
+
+    async def close(self) -> None:
+        self.sock.close()
+
+
+class AsyncioStreamsConn(Conn):
+    async def open(self, port: int) -> None:
+        sock = tcp_socket()
+        await asyncio.get_running_loop().sock_connect(sock, (HOST, port))
+        self.reader, self.writer = await asyncio.open_connection(sock=sock)
+        self.nodelay = set_nodelay(self.writer.get_extra_info("socket"))
+        self.data = b""
+
+    async def roundtrip(self, k: int, full: bool = False) -> None:
+        f = self.frames
+        w, r = self.writer, self.reader
+        w.write(f.hdr)
+        w.write(f.payload[self.c][k & 1])
+        await w.drain()
+        f.check_hdr(self.c, k, await r.readexactly(8))
+        self.data = await r.readexactly(f.size)
+        f.check(self.c, k, self.data, full)
+
+    def last(self) -> bytes:
+        return self.data
+
+    async def close(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
+class AsyncioSockConn(Conn):
+    async def open(self, port: int) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.sock = tcp_socket()
+        self.nodelay = set_nodelay(self.sock)
+        await self.loop.sock_connect(self.sock, (HOST, port))
+        self.rhdr = bytearray(8)
+        self.rbuf = bytearray(self.frames.size)
+        self.hview, self.rview = memoryview(self.rhdr), memoryview(self.rbuf)
+
+    async def roundtrip(self, k: int, full: bool = False) -> None:
+        f, loop = self.frames, self.loop
+        await loop.sock_sendall(self.sock, f.frame[self.c][k & 1])
+        if not await recv_exactly_loop(loop, self.sock, self.hview):
+            raise ConnectionResetError("the server closed the connection")
+        f.check_hdr(self.c, k, self.rhdr)
+        if not await recv_exactly_loop(loop, self.sock, self.rview):
+            raise ConnectionResetError("EOF after a header")
+        f.check(self.c, k, self.rbuf, full)
+
+    def last(self) -> bytearray:
+        return self.rbuf
+
+    async def close(self) -> None:
+        self.sock.close()
+
+
+class NaiveClientProtocol(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.waiter: asyncio.Future[tuple[bytes, bytes]] | None = None
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        if len(buf) >= 8:
+            end = 8 + HDR.unpack_from(buf)[0]
+            if len(buf) >= end:
+                frame = (bytes(buf[:8]), bytes(buf[8:end]))
+                del buf[:end]
+                if self.waiter is not None and not self.waiter.done():
+                    self.waiter.set_result(frame)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ConnectionResetError("the server closed the connection"))
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+
+class BufferedClientProtocol(asyncio.BufferedProtocol):
+    def __init__(self, size: int) -> None:
+        self.rhdr = bytearray(8)
+        self.rbuf = bytearray(size)
+        self.hview, self.rview = memoryview(self.rhdr), memoryview(self.rbuf)
+        self.pos = 0
+        self.in_payload = False
+        self.waiter: asyncio.Future[None] | None = None
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.rview[self.pos:] if self.in_payload else self.hview[self.pos:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.pos += nbytes
+        if not self.in_payload:
+            if self.pos == 8:
+                self.in_payload, self.pos = True, 0
+            return
+        if self.pos == len(self.rbuf):
+            self.in_payload, self.pos = False, 0
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ConnectionResetError("the server closed the connection"))
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+
+class AsyncioProtocolConn(Conn):
+    async def open(self, port: int) -> None:
+        self.loop = asyncio.get_running_loop()
+        sock = tcp_socket()
+        await self.loop.sock_connect(sock, (HOST, port))
+        self.transport, self.proto = await self.loop.create_connection(NaiveClientProtocol, sock=sock)
+        self.nodelay = set_nodelay(self.transport.get_extra_info("socket"))
+        self.data = b""
+
+    async def roundtrip(self, k: int, full: bool = False) -> None:
+        f, proto = self.frames, self.proto
+        proto.waiter = waiter = self.loop.create_future()
+        self.transport.write(f.frame[self.c][k & 1])
+        hdr, self.data = await waiter
+        f.check_hdr(self.c, k, hdr)
+        f.check(self.c, k, self.data, full)
+
+    def last(self) -> bytes:
+        return self.data
+
+    async def close(self) -> None:
+        self.transport.close()
+        await self.proto.lost
+
+
+class BufferedProtocolConn(Conn):
+    async def open(self, port: int) -> None:
+        self.loop = asyncio.get_running_loop()
+        sock = tcp_socket()
+        await self.loop.sock_connect(sock, (HOST, port))
+        size = self.frames.size
+        self.transport, self.proto = await self.loop.create_connection(
+            lambda: BufferedClientProtocol(size), sock=sock)
+        self.nodelay = set_nodelay(self.transport.get_extra_info("socket"))
+
+    async def roundtrip(self, k: int, full: bool = False) -> None:
+        f, proto = self.frames, self.proto
+        proto.waiter = waiter = self.loop.create_future()
+        self.transport.write(f.frame[self.c][k & 1])
+        await waiter
+        f.check_hdr(self.c, k, proto.rhdr)
+        f.check(self.c, k, proto.rbuf, full)
+
+    def last(self) -> bytearray:
+        return self.proto.rbuf
+
+    async def close(self) -> None:
+        self.transport.close()
+        await self.proto.lost
+
+
+CLIENTS: dict[str, type[Any]] = {
+    "aioring-streams": AioringStreamsConn,
+    "aioring-sock": AioringSockConn,
+    "asyncio-streams": AsyncioStreamsConn,
+    "asyncio-sock": AsyncioSockConn,
+    "asyncio-protocol": AsyncioProtocolConn,
+    "uvloop-bufferedprotocol": BufferedProtocolConn,
+}
+
+
+def cpu_clock(pid: int) -> int:
+    """The clock id of another process's CPU time, all its threads (clock_getcpuclockid)."""
+    return ((~pid) << 3) | 2  # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)
+
+
+@dataclass
+class Window:
+    """The timed window of one run, as the client saw it."""
+
+    frames: int = 0
+    wall_s: float = 0.0
+    client_cpu_s: float = 0.0
+    server_cpu_s: float = 0.0
+    machine_busy_s: float = 0.0  # CPU the whole machine used meanwhile (/proc/stat)
+    steal_s: float = 0.0  # time the hypervisor gave our vCPUs to someone else
+    nodelay: list[bool] = field(default_factory=list)
+    ring: dict[str, int] = field(default_factory=dict)
+
+
+class Clock:
+    def __init__(self, server_pid: int) -> None:
+        self.server = cpu_clock(server_pid)
+
+    def start(self) -> None:
+        self.m0 = machine_cpu()
+        self.t0 = time.perf_counter()
+        self.c0 = time.process_time()
+        self.s0 = time.clock_gettime(self.server)
+
+    def stop(self, win: Window) -> None:
+        win.wall_s = time.perf_counter() - self.t0
+        win.client_cpu_s = time.process_time() - self.c0
+        win.server_cpu_s = time.clock_gettime(self.server) - self.s0
+        busy, steal = machine_cpu()
+        win.machine_busy_s, win.steal_s = busy - self.m0[0], steal - self.m0[1]
+
+
+async def client_async(spec: dict[str, Any], frames: Frames) -> Window:
+    variant, nconns = spec["variant"], spec["conns"]
+    conns = [CLIENTS[variant](frames, c) for c in range(nconns)]
+    win = Window()
+    try:
+        for conn in conns:
+            await conn.open(spec["port"])
+        win.nodelay = sorted({conn.nodelay for conn in conns})
+        warm: int = spec["warmup"]
+
+        async def warmup(conn: Conn) -> None:
+            for k in range(warm):
+                await conn.roundtrip(k, full=True)
+
+        await asyncio.gather(*(warmup(conn) for conn in conns))
+        deadline = 0.0
+        min_frames = spec["min_frames"]
+        now = time.perf_counter
+
+        async def timed(conn: Conn) -> int:
+            rt = conn.roundtrip
+            k = warm
+            while k - warm < min_frames or now() < deadline:
+                await rt(k)
+                k += 1
+            return k - warm
+
+        is_aioring = variant.startswith("aioring")
+        ring0 = aioring.statistics() if is_aioring else {}
+        clock = Clock(spec["server_pid"])
+        gc.collect()
+        clock.start()
+        deadline = clock.t0 + spec["duration"]
+        counts = await asyncio.gather(*(timed(conn) for conn in conns))
+        clock.stop(win)
+        if is_aioring:
+            ring1 = aioring.statistics()
+            win.ring = {k: ring1[k] - ring0[k] for k in RING_COUNTERS}
+        win.frames = sum(counts)
+        for conn, n in zip(conns, counts, strict=True):  # the last frame in full, untimed
+            frames.check(conn.c, warm + n - 1, conn.last(), full=True)
+    finally:
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                await conn.close()
+    return win
+
+
+class ThreadConn:
+    def __init__(self, frames: Frames, c: int, port: int) -> None:
+        self.frames, self.c = frames, c
+        self.sock = tcp_socket(blocking=True)
+        self.nodelay = set_nodelay(self.sock)
+        self.sock.connect((HOST, port))
+        self.rhdr = bytearray(8)
+        self.rbuf = bytearray(frames.size)
+        self.hview, self.rview = memoryview(self.rhdr), memoryview(self.rbuf)
+
+    def roundtrip(self, k: int, full: bool = False) -> None:
+        f = self.frames
+        self.sock.sendall(f.frame[self.c][k & 1])
+        if not recv_exactly_blocking(self.sock, self.hview):
+            raise ConnectionResetError("the server closed the connection")
+        f.check_hdr(self.c, k, self.rhdr)
+        if not recv_exactly_blocking(self.sock, self.rview):
+            raise ConnectionResetError("EOF after a header")
+        f.check(self.c, k, self.rbuf, full)
+
+
+def client_threads(spec: dict[str, Any], frames: Frames) -> Window:
+    nconns, warm, min_frames = spec["conns"], spec["warmup"], spec["min_frames"]
+    conns = [ThreadConn(frames, c, spec["port"]) for c in range(nconns)]
+    win = Window(nodelay=sorted({conn.nodelay for conn in conns}))
+    clock = Clock(spec["server_pid"])
+    counts = [0] * nconns
+    errors: list[BaseException] = []
+    deadline = [0.0]
+
+    def start() -> None:
+        gc.collect()
+        clock.start()
+        deadline[0] = clock.t0 + spec["duration"]
+
+    barrier = threading.Barrier(nconns, action=start)
+
+    def run(i: int) -> None:
+        conn = conns[i]
+        try:
+            for k in range(warm):
+                conn.roundtrip(k, full=True)
+            barrier.wait()
+            k, end, now = warm, deadline[0], time.perf_counter
+            while k - warm < min_frames or now() < end:
+                conn.roundtrip(k)
+                k += 1
+            counts[i] = k - warm
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(nconns)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:  # the first real one: the others may just have seen the barrier broken
+            raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])
+        clock.stop(win)
+        win.frames = sum(counts)
+        for conn, n in zip(conns, counts, strict=True):
+            frames.check(conn.c, warm + n - 1, conn.rbuf, full=True)
+    finally:
+        for conn in conns:
+            conn.sock.close()
+    return win
+
+
+# ------------------------------------------------------------------ workers
+def worker_main(role: str, conn: Connection) -> None:
+    """A server or client process: do what the parent sends until it sends None."""
+    frames_cache: dict[tuple[int, int], Frames] = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        try:
+            if role == "server":
+                _, variant, loop_name = msg
+                info = serve_threads(conn) if variant == "threads" else serve_async(conn, variant, loop_name)
+                conn.send(("stopped", info))
+            else:
+                spec = msg[1]
+                key = (spec["size"], spec["conns"])
+                if key not in frames_cache:
+                    if len(frames_cache) > 1:  # keep memory bounded: at most two sizes' payloads
+                        frames_cache.pop(next(iter(frames_cache)))
+                    frames_cache[key] = Frames(*key)
+                frames = frames_cache[key]
+                if spec["variant"] == "threads":
+                    win = client_threads(spec, frames)
+                else:
+                    win = run_client_loop(spec, frames)
+                conn.send(("ok", asdict(win)))
+        except Exception as exc:
+            conn.send(("error", error_text(exc)))
+
+
+def run_client_loop(spec: dict[str, Any], frames: Frames) -> Window:
+    loop = new_loop(spec["loop"])
+    asyncio.set_event_loop(loop)
+    errors: list[str] = []
+    loop.set_exception_handler(lambda _, context: errors.append(loop_error(context)))
+    try:
+        win = loop.run_until_complete(client_async(spec, frames))
+        if errors:
+            raise RuntimeError("the loop's exception handler was called: " + "; ".join(errors[:3]))
+        return win
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+class Worker:
+    """A worker process and the parent's end of its pipe."""
+
+    def __init__(self, ctx: Any, role: str) -> None:
+        self.role = role
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=worker_main, args=(role, child), daemon=True,
+                                name=f"framed_echo-{role}")
+        self.proc.start()
+        child.close()
+
+    @property
+    def pid(self) -> int:
+        return int(self.proc.pid or 0)
+
+    def ask(self, msg: Any, timeout: float) -> tuple[str, Any]:
+        self.conn.send(msg)
+        return self.receive(timeout)
+
+    def receive(self, timeout: float) -> tuple[str, Any]:
+        if not self.conn.poll(timeout):
+            raise TimeoutError(f"the {self.role} process did not answer within {timeout:.0f} s")
+        reply: tuple[str, Any] = self.conn.recv()
+        return reply
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.send(None)
+        self.proc.join(5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        self.conn.close()
+
+
+# ------------------------------------------------------------------ measuring
+@dataclass
+class Sample:
+    variant: str
+    loop: str
+    size: int
+    conns: int
+    repeat: int
+    frames: int = 0
+    wall_s: float = 0.0
+    client_cpu_s: float = 0.0
+    server_cpu_s: float = 0.0
+    mb_per_s: float = 0.0
+    frames_per_s: float = 0.0
+    cpu_s: float = 0.0
+    cpu_us_per_frame: float = 0.0
+    other_cpu_s: float = 0.0  # CPU of the rest of the machine in the window (tick resolution)
+    steal_s: float = 0.0
+    nodelay_client: list[bool] = field(default_factory=list)
+    nodelay_server: list[bool] = field(default_factory=list)
+    ring_client: dict[str, int] = field(default_factory=dict)
+    ring_server: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+
+class Bench:
+    def __init__(self, timeout: float) -> None:
+        self.ctx = multiprocessing.get_context("spawn")
+        self.timeout = timeout
+        self.server: Worker | None = None
+        self.client: Worker | None = None
+
+    def start(self) -> None:
+        self.server = Worker(self.ctx, "server")
+        self.client = Worker(self.ctx, "client")
+        log(f"worker processes: server pid {self.server.pid}, client pid {self.client.pid}")
+
+    def restart(self) -> None:
+        self.close()
+        self.start()
+
+    def close(self) -> None:
+        for w in (self.server, self.client):
+            if w is not None:
+                w.stop()
+        self.server = self.client = None
+
+    def run(self, s: Sample, duration: float, min_frames: int) -> None:
+        """One measured run: start the server, run the client, stop the server."""
+        assert self.server is not None and self.client is not None
+        status, port = self.server.ask(("serve", s.variant, s.loop), self.timeout)
+        if status != "ok":
+            raise RuntimeError(f"server: {port}")
+        spec = {"variant": s.variant, "loop": s.loop, "size": s.size, "conns": s.conns, "port": port,
+                "server_pid": self.server.pid, "duration": duration, "min_frames": min_frames,
+                "warmup": max(1, min(20, MIB // s.size))}
+        # Generous: a slow variant's 64 MiB frame can take a second, and the
+        # client makes its payloads the first time it sees a size.
+        status, out = self.client.ask(("run", spec), self.timeout)
+        status_s, info = self.server.ask(("stop",), self.timeout)
+        if status != "ok":
+            raise RuntimeError(f"client: {out}")
+        if status_s != "stopped":
+            raise RuntimeError(f"server: {info}")
+        if info["errors"]:
+            raise RuntimeError("server: " + "; ".join(info["errors"][:3]))
+        s.frames = out["frames"]
+        s.wall_s, s.client_cpu_s, s.server_cpu_s = out["wall_s"], out["client_cpu_s"], out["server_cpu_s"]
+        s.nodelay_client, s.nodelay_server = out["nodelay"], info["nodelay"]
+        s.ring_client, s.ring_server = out["ring"], info.get("ring", {})
+        s.mb_per_s = s.frames * s.size / s.wall_s / MB
+        s.frames_per_s = s.frames / s.wall_s
+        s.cpu_s = s.client_cpu_s + s.server_cpu_s
+        s.cpu_us_per_frame = s.cpu_s / s.frames * 1e6
+        s.other_cpu_s = max(0.0, out["machine_busy_s"] - s.cpu_s)
+        s.steal_s = out["steal_s"]
+
+
+# ------------------------------------------------------------------ reporting
+Key = tuple[str, str, int]  # variant, loop, size
+
+
+def median_rows(samples: list[Sample]) -> dict[Key, dict[str, Any]]:
+    groups: dict[Key, list[Sample]] = {}
+    for s in samples:
+        groups.setdefault((s.variant, s.loop, s.size), []).append(s)
+    out: dict[Key, dict[str, Any]] = {}
+    for key, group in groups.items():
+        ok = [s for s in group if s.error is None]
+        row: dict[str, Any] = {"variant": key[0], "loop": key[1], "size": key[2], "conns": group[0].conns,
+                               "runs": len(ok), "errors": [s.error for s in group if s.error]}
+        if ok:
+            for name in ("mb_per_s", "frames_per_s", "cpu_s", "client_cpu_s", "server_cpu_s",
+                         "cpu_us_per_frame", "wall_s", "frames"):
+                values = [getattr(s, name) for s in ok]
+                row[name] = statistics.median(values)
+                row[f"{name}_min"], row[f"{name}_max"] = min(values), max(values)
+            for side in ("ring_client", "ring_server"):
+                per_frame = {k: statistics.median(getattr(s, side)[k] / s.frames for s in ok)
+                             for k in RING_COUNTERS if all(k in getattr(s, side) for s in ok)}
+                if per_frame:
+                    row[f"{side}_per_frame"] = per_frame
+        out[key] = row
+    return out
+
+
+def render(header: list[str], rows: list[list[str]], left: int = 2) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def fmt_rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
+
+
+def fmt_ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def report(medians: dict[Key, dict[str, Any]], configs: list[tuple[str, str]], sizes: list[int],
+           repeat: int) -> str:
+    out: list[str] = []
+    for size in sizes:
+        conns = next((r["conns"] for k, r in medians.items() if k[2] == size), 1)
+        out.append(f"\n== {size_name(size)} frames, {conns} connection{'s' if conns > 1 else ''}"
+                   f" (ping-pong each): median of {repeat} ==")
+        ref = medians.get((*REFERENCE, size), {})
+        lim = medians.get((*LIMIT, size), {})
+        metric = "frames_per_s" if size < SMALL else "mb_per_s"
+        rows = []
+        for variant, loop in configs:
+            r = medians.get((variant, loop, size))
+            if r is None:
+                continue
+            if "mb_per_s" not in r:
+                rows.append([variant, loop, "FAILED"] + [""] * 6)
+                continue
+            rows.append([variant, loop, fmt_rate(r["mb_per_s"]), fmt_rate(r["frames_per_s"]),
+                         f"{r['cpu_s']:.2f} ({r['server_cpu_s']:.2f}+{r['client_cpu_s']:.2f})",
+                         f"{r['cpu_us_per_frame']:,.0f}" if r["cpu_us_per_frame"] >= 100
+                         else f"{r['cpu_us_per_frame']:.1f}",
+                         f"{r['wall_s']:.2f}",
+                         fmt_ratio(r.get(metric), ref.get(metric)),
+                         fmt_ratio(r.get(metric), lim.get(metric))])
+        unit = "frames/s" if metric == "frames_per_s" else "MB/s"
+        out.append(render(["variant", "loop", "MB/s", "frames/s", "CPU s (srv+cli)", "CPU us/frame", "wall s",
+                           f"{unit} / uvloop-streams", f"{unit} / threads"], rows))
+    return "\n".join(out)
+
+
+def targets(medians: dict[Key, dict[str, Any]], loops: list[str]) -> tuple[str, bool]:
+    lines = ["Targets (project issue), for aioring-streams on each loop:"]
+    ok = True
+    for size, metric, (rv, rl), threshold in TARGETS:
+        ref = medians.get((rv, rl, size), {}).get(metric)
+        name = "uvloop's asyncio-streams" if (rv, rl) == REFERENCE else "threads"
+        unit = "MB/s" if metric == "mb_per_s" else "frames/s"
+        for loop in loops:
+            mine = medians.get(("aioring-streams", loop, size), {}).get(metric)
+            what = f"{size_name(size)}: aioring-streams/{loop} {unit} >= {threshold}x {name}"
+            if mine is None or ref is None:
+                lines.append(f"  n/a   {what} (not measured)")
+                continue
+            passed = mine >= threshold * ref
+            ok = ok and passed
+            lines.append(f"  {'PASS' if passed else 'FAIL'}  {what}: {mine / ref:.2f}x "
+                         f"({fmt_rate(mine)} vs {fmt_rate(ref)})")
+    return "\n".join(lines), ok
+
+
+def notes(medians: dict[Key, dict[str, Any]], samples: list[Sample]) -> str:
+    out = []
+    ok = [s for s in samples if s.error is None]
+    flags = {(s.variant, s.loop): (s.nodelay_server, s.nodelay_client) for s in ok}
+    missing = [f"{v}/{lp}" for (v, lp), (srv, cli) in flags.items() if srv != [True] or cli != [True]]
+    out.append("TCP_NODELAY read back on every socket of every run: "
+               + ("set everywhere." if not missing else "NOT set on some sockets of " + ", ".join(missing)))
+    ring_rows = []
+    for (v, lp, size), r in sorted(medians.items(), key=lambda kv: (kv[0][0], kv[0][1], -kv[0][2])):
+        c, s = r.get("ring_client_per_frame"), r.get("ring_server_per_frame")
+        if c:
+            ring_rows.append([v, lp, size_name(size)]
+                             + [f"{c[k]:.2f}" for k in ("submit_calls", "wakeups", "completions")]
+                             + ([f"{s[k]:.2f}" for k in ("submit_calls", "wakeups", "completions")]
+                                if s else ["-"] * 3))
+    if ring_rows:
+        out.append("aioring.statistics() per frame (client: timed window; server: whole run incl. warm-up):")
+        out.append(render(["variant", "loop", "size", "cli submits", "cli wakeups", "cli completions",
+                           "srv submits", "srv wakeups", "srv completions"], ring_rows, left=3))
+    if ok:
+        wall = sum(s.wall_s for s in ok)
+        other = sum(s.other_cpu_s for s in ok) / wall
+        steal = sum(s.steal_s for s in ok) / wall
+        line = (f"During the timed windows the rest of the machine used {other:.2f} CPUs on average "
+                f"and the hypervisor stole {steal:.2f} CPUs (of {os.cpu_count()}).")
+        if other > 0.1 or steal > 0.05:
+            line += " Results are noisier than on an idle machine."
+        out.append(line)
+    spread = spread_note(medians.items(), "mb_per_s", lambda k: f"{k[0]}, {k[1]}, {size_name(k[2])}")
+    if spread:
+        out.append(f"Largest {spread}.")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------ main
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Framed echo over loopback TCP (8-byte big-endian length + payload), server and "
+                    "client in separate processes, request/response ping-pong: aioring's streams and "
+                    "sock_* functions against asyncio's streams, sock_* methods, a naive Protocol, "
+                    "uvloop with a BufferedProtocol, and blocking sockets with a thread per connection. "
+                    "TCP_NODELAY is set (and read back) on every socket of every variant, on both sides; "
+                    "the sockets given to asyncio are also made with proto=IPPROTO_TCP so that asyncio's "
+                    "own check sets it.",
+        epilog="Verification: every echoed header is compared; payloads up to "
+               f"{size_name(FULL_VERIFY_MAX)} are compared in full on every frame; larger payloads "
+               f"have their first and last {SPOT} bytes (a connection/parity stamp) and {SPOTS} more "
+               f"{SPOT}-byte slices compared on every frame (the positions move between frames), and "
+               "are compared in full on every warm-up frame and on each connection's last timed frame "
+               "(after the clock stopped). Even and odd frames carry different payloads throughout, so "
+               "stale buffer contents are caught. MB/s counts payload bytes echoed per second in one "
+               "direction (MB = 10^6 B). CPU is the server's and the client's process CPU time (all "
+               "threads, user + system) over the timed window. asyncio-streams use asyncio's default "
+               "limit (64 KiB). aioring-streams' server writes a memoryview of its receive buffer, which "
+               "aioring's writer copies; clients write bytes, which it sends without a copy.")
+    parser.add_argument("--variants", type=parse_list(ALL_VARIANTS, canonical=True),
+                        default=list(ALL_VARIANTS),
+                        help="comma-separated variants (default: all: " + ",".join(ALL_VARIANTS) + ")")
+    parser.add_argument("--loop", "--loops", dest="loops", type=parse_list(ALL_LOOPS, canonical=True),
+                        default=list(ALL_LOOPS),
+                        help="event loops of the async variants (default asyncio,uvloop); "
+                             "uvloop-bufferedprotocol always runs on uvloop, threads on none")
+    parser.add_argument("--sizes", type=parse_sizes, default=list(ALL_SIZES),
+                        help="comma-separated payload sizes (default 64M,1M,64K,1K); sizes below 64K run "
+                             "over --small-conns connections, the others over one")
+    parser.add_argument("--small-conns", type=int, default=25,
+                        help="concurrent connections for frames below 64 KiB (default 25)")
+    parser.add_argument("--duration", type=float, default=None,
+                        help="seconds of each timed window, after the warm-up; every connection "
+                             "finishes the frame in flight (default "
+                             f"{DEFAULTS['duration']}, --quick {QUICK['duration']})")
+    parser.add_argument("--min-frames", type=int, default=None,
+                        help="frames each connection does in a timed window at least, however long "
+                             f"they take (default {DEFAULTS['min_frames']}, --quick {QUICK['min_frames']})")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="runs per configuration, interleaved; medians are reported "
+                             f"(default {DEFAULTS['repeat']}, --quick {QUICK['repeat']})")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds before a run is abandoned as hung (default 60); the workers "
+                             "are then restarted")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: short windows, one repetition")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write raw samples and medians here")
+    args = parser.parse_args(argv)
+    preset = QUICK if args.quick else DEFAULTS
+    duration = preset_value(args, preset, "duration")
+    repeat = preset_value(args, preset, "repeat")
+    min_frames = preset_value(args, preset, "min_frames")
+    if repeat < 1 or duration <= 0 or min_frames < 1 or args.small_conns < 1:
+        parser.error("--repeat, --duration, --min-frames and --small-conns must be positive")
+    started = time.perf_counter()
+
+    skipped: list[str] = []
+    loops = list(args.loops)
+    variants = list(args.variants)
+    if uvloop is None:
+        if "uvloop" in loops:
+            loops.remove("uvloop")
+            skipped.append("uvloop is not installed: the async variants run on asyncio's loop only")
+        if "uvloop-bufferedprotocol" in variants:
+            variants.remove("uvloop-bufferedprotocol")
+            skipped.append("uvloop is not installed: uvloop-bufferedprotocol is skipped (pip install uvloop)")
+    configs = [(v, lp) for v in variants for lp in loops_of(v, loops)]
+    if not configs:
+        sys.exit("error: nothing to run")
+    for note in skipped:
+        log("note: " + note)
+    try:
+        backend = aioring.backend()
+    except OSError as exc:
+        sys.exit(f"error: io_uring is not available here: {exc}")
+
+    sizes = list(args.sizes)
+    runs = [(r, size, v, lp) for r in range(1, repeat + 1) for size in sizes for v, lp in configs]
+    bench = Bench(args.timeout)
+    bench.start()
+    samples: list[Sample] = []
+    try:
+        for n, (r, size, variant, loop_name) in enumerate(runs, 1):
+            conns = conns_for(size, args.small_conns)
+            log(f"[{n}/{len(runs)}] {size_name(size):>6} x{conns:<2} {variant:<23} loop={loop_name:<7} "
+                f"repeat {r}/{repeat} ... ", end="")
+            s = Sample(variant, loop_name, size, conns, r)
+            try:
+                bench.run(s, duration, min_frames)
+            except Exception as exc:
+                s.error = error_text(exc)
+                log(f"FAILED: {s.error}")
+                if isinstance(exc, (TimeoutError, EOFError, OSError)):
+                    bench.restart()  # a worker hung or died: start afresh
+            else:
+                log(f"{s.mb_per_s:>9,.1f} MB/s {s.frames_per_s:>9,.0f} frames/s  CPU {s.cpu_s:.2f} s "
+                    f"({s.frames} frames in {s.wall_s:.2f} s)")
+            samples.append(s)
+    finally:
+        bench.close()
+    elapsed = time.perf_counter() - started
+
+    medians = median_rows(samples)
+    meta: dict[str, Any] = {
+        **machine_info(),
+        "aioring_backend": backend,
+        "versions": {d: version(d) if d != "uvloop" or uvloop is not None else "not importable"
+                     for d in ("aioring", "uvloop", "cffi")},
+        "variants": variants, "loops": loops, "sizes": sizes, "small_conns": args.small_conns,
+        "duration_s": duration, "min_frames": min_frames, "repeat": repeat, "quick": args.quick,
+        "full_verify_max": FULL_VERIFY_MAX, "skipped": skipped, "runtime_s": elapsed,
+        "git": git_state(),
+    }
+    v = meta["versions"]
+    print(f"{machine_line(meta)} | aioring {v['aioring']} ({backend}), uvloop {v['uvloop']} | "
+          f"checkout {meta['git']}")
+    print(f"framed echo over loopback TCP, server and client in separate processes; timed windows of "
+          f"{duration} s (at least {min_frames} frames per connection), median of {repeat}")
+    for note in skipped:
+        print("skipped: " + note)
+    print(report(medians, configs, sizes, repeat))
+    print()
+    text, _ = targets(medians, [lp for lp in loops_of("aioring-streams", loops)])
+    print(text)
+    print()
+    print(notes(medians, samples))
+    failed = [s for s in samples if s.error]
+    if failed:
+        print(f"FAILED runs: {len(failed)} of {len(samples)}")
+        for s in failed:
+            print(f"  {s.variant} {s.loop} {size_name(s.size)} repeat {s.repeat}: {s.error}")
+    print(f"total runtime {elapsed:.1f} s")
+    write_json(args.json, {"meta": meta, "samples": [asdict(s) for s in samples],
+                           "medians": list(medians.values())})
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
