@@ -36,7 +36,7 @@ from typing import Any
 
 from ._liburing import ffi, lib
 from ._net import check_socket, sock_accept, sock_connect
-from ._ops import MAX_RW, check_fd, result
+from ._ops import MAX_RW, check_fd
 from ._ring import Op, get_ring, os_error, ready
 
 __all__ = ["Server", "StreamReader", "StreamWriter", "open_connection", "open_pipe_reader",
@@ -45,6 +45,14 @@ __all__ = ["Server", "StreamReader", "StreamWriter", "open_connection", "open_pi
 _DEFAULT_LIMIT = 2**16  # asyncio's
 _HIGH_WATER = 64 * 1024  # asyncio's transports' defaults
 _CHUNK = 256 * 1024  # what asyncio's socket transport receives at a time
+# readinto and readinto_exactly receive requests this small into the stream's
+# buffer (which may bring the next frame's bytes along, in one receive) and
+# copy from there; larger ones go straight into the caller's buffer.
+_READ_AHEAD = 16 * 1024
+# Mutable buffers this large are copied into memory the channel reuses.
+_POOL_MIN = 256 * 1024
+# Pending writes up to this much in all are joined into one send.
+_JOIN_MAX = 16 * 1024
 _IOV_MAX = 1024
 _CHARS = ffi.typeof("char[]")
 _from_buffer = ffi.from_buffer
@@ -80,6 +88,32 @@ def _buffer_view(buf: Any, func: str) -> memoryview:
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
+class _SendSink:
+    """Stands in for the future of a channel's send: the ring calls it as it
+    harvests the CQE, which saves a future and a callback round."""
+
+    __slots__ = ("_channel",)
+
+    def __init__(self, channel: _Channel) -> None:
+        self._channel = channel
+
+    def done(self) -> bool:
+        return self._channel._send_op is None
+
+    def cancelled(self) -> bool:
+        return False
+
+    def set_result(self, res: int) -> None:
+        self._channel._send_finished(res)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._channel._send_finished(exc if isinstance(exc, OSError) else OSError(str(exc)))
+
+    def cancel(self) -> bool:
+        self._channel._send_finished(os_error(-_ECANCELED))
+        return True
+
+
 class _Channel:
     """The transport of one socket or pipe: owns its fd and the operations on it."""
 
@@ -109,6 +143,13 @@ class _Channel:
         self._low = _HIGH_WATER // 4
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._send_soon = False
+        self._sink = _SendSink(self)
+        # Copies of large mutable buffers: (stream offset of their end, memory).
+        self._pooled: collections.deque[tuple[int, Any]] = collections.deque()
+        self._spare: Any = None
+        self._queued_total = 0
+        self._sent_total = 0
+        self._aborted = False
 
     # ------------------------------------------------------------ transport
     def get_extra_info(self, name: str, default: Any = None) -> Any:
@@ -146,11 +187,17 @@ class _Channel:
             args = (_RECV, self._fd, ptr, min(n, MAX_RW), 0, flags)
         else:
             args = (_READ, self._fd, ptr, min(n, MAX_RW), -1, 0)
-        op = self._ring.start(self._loop, _PREP_RW, args, None, None, _POLLIN, unbounded=True)
+        ring = self._ring
+        op = ring.start(self._loop, _PREP_RW, args, None, None, _POLLIN, unbounded=True)
+        if op.future is None:
+            return ready(op)
         self._read_op = op
         self._inflight += 1
         try:
-            return await result(self._ring, op)
+            try:
+                return await op.future
+            except asyncio.CancelledError as exc:
+                return await ring.settle(op, exc)
         except OSError as exc:
             if exc.errno == _ECANCELED and self._closing:
                 return 0  # closed under the read: end of stream, as asyncio's reader sees it
@@ -164,13 +211,13 @@ class _Channel:
     # ---------------------------------------------------------------- write
     def write(self, data: Any) -> None:
         if type(data) is not bytes:
-            if not isinstance(data, (bytearray, memoryview)):
-                try:
-                    memoryview(data)
-                except TypeError:
-                    raise TypeError("data argument must be a bytes-like object, "
-                                    f"not {type(data).__name__!r}") from None
-            data = bytes(data)  # the caller may change its buffer once write() returns
+            try:
+                view = memoryview(data)
+            except TypeError:
+                raise TypeError("data argument must be a bytes-like object, "
+                                f"not {type(data).__name__!r}") from None
+            # The caller may change its buffer once write() returns: send a copy.
+            data = self._copy(view) if view.nbytes >= _POOL_MIN else bytes(view)
         if self._eof_wanted:
             raise RuntimeError("Cannot call write() after write_eof()")
         if self._write_exc is not None:
@@ -180,11 +227,33 @@ class _Channel:
             return  # asyncio drops writes after close() silently
         self._pending.append(data)
         self._pending_size += len(data)
+        self._queued_total += len(data)
         if self._send_op is None and not self._send_soon:
             # Writes of this loop iteration leave together, at its end or at
             # drain(), whichever comes first: one (vectored) send for them all.
             self._send_soon = True
-            self._loop.call_soon(self._send_now)
+            self._ring.defer(self._send_now)
+
+    def _copy(self, view: memoryview) -> Any:
+        """A copy of a large buffer, in memory this channel reuses: a fresh
+        allocation of many MiB costs more in page faults than the copy."""
+        n = view.nbytes
+        spare = self._spare
+        if spare is not None and len(spare) >= n:
+            self._spare = None
+        else:
+            spare = _alloc(_CHARS, n)
+        ffi.memmove(spare, view, n)
+        self._pooled.append((self._queued_total + n, spare))
+        return ffi.buffer(spare, n)
+
+    def _recycle(self) -> None:
+        """Take back the copies whose bytes all went out."""
+        pooled = self._pooled
+        while pooled and pooled[0][0] <= self._sent_total:
+            buf = pooled.popleft()[1]
+            if self._spare is None or len(buf) > len(self._spare):
+                self._spare = buf
 
     def writelines(self, list_of_data: Iterable[Any]) -> None:
         for data in list_of_data:
@@ -219,14 +288,20 @@ class _Channel:
         """Hand the pending data to the kernel; go on while sends complete at once."""
         while self._pending and self._send_op is None and self._write_exc is None:
             pending = self._pending
+            if len(pending) > 1 and self._pending_size <= _JOIN_MAX:
+                # Small writes: one joined copy costs less than an iovec.
+                joined = b"".join(pending)
+                pending.clear()
+                pending.append(joined)
             if len(pending) == 1:
                 cbuf = _from_buffer(_CHARS, pending[0], False)
                 n = min(len(cbuf), MAX_RW)
                 if self._is_socket:
-                    args: tuple[Any, ...] = (_SEND, self._fd, cbuf, n, 0, lib.MSG_NOSIGNAL | _WAITALL)
+                    args: tuple[Any, ...] = (_SEND, self._fd, cbuf, n, 0, _SEND_FLAGS)
                 else:
                     args = (_WRITE, self._fd, cbuf, n, -1, 0)
-                op = self._ring.start(self._loop, _PREP_RW, args, cbuf, None, _POLLOUT, unbounded=True)
+                op = self._ring.start(self._loop, _PREP_RW, args, cbuf, None, _POLLOUT,
+                                      unbounded=True, sink=self._sink)
             else:
                 count = min(len(pending), _IOV_MAX)
                 iov = ffi.new("struct iovec[]", count)
@@ -242,11 +317,11 @@ class _Channel:
                             ffi.NULL, 0, _SEND_FLAGS)
                     self._send_keep = (msg, iov, exports)
                     op = self._ring.start(self._loop, lib.aior_prep_msg, args, None, None, _POLLOUT,
-                                          unbounded=True)
+                                          unbounded=True, sink=self._sink)
                 else:
                     self._send_keep = (iov, exports)
                     op = self._ring.start(self._loop, _PREP_RW, (_WRITEV, self._fd, iov, count, -1, 0),
-                                          None, None, _POLLOUT, unbounded=True)
+                                          None, None, _POLLOUT, unbounded=True, sink=self._sink)
             self._inflight += 1
             if op.future is None:
                 try:
@@ -257,19 +332,14 @@ class _Channel:
                     self._sent(res)
             else:
                 self._send_op = op
-                op.future.add_done_callback(self._send_done)
 
-    def _send_done(self, fut: asyncio.Future[int]) -> None:
+    def _send_finished(self, res: int | OSError) -> None:
+        """The CQE of the send in flight (called by the ring as it harvests)."""
         self._send_op = None
-        if fut.cancelled():
-            self._sent(os_error(-_ECANCELED))
-        elif fut.exception() is not None:
-            exc = fut.exception()
-            self._sent(exc if isinstance(exc, OSError) else OSError(str(exc)))
-        else:
-            self._sent(fut.result())
-        if self._send_op is None:
-            self._send()
+        self._sent(res)
+        if self._pending and not self._send_soon:
+            self._send_soon = True
+            self._ring.defer(self._send_now)
 
     def _sent(self, res: int | OSError) -> None:
         self._inflight -= 1
@@ -279,9 +349,15 @@ class _Channel:
                 self._write_exc = res
             self._pending.clear()
             self._pending_size = 0
+            self._pooled.clear()
+        elif self._aborted:
+            pass  # the data was dropped already
         else:
             pending = self._pending
             self._pending_size -= res
+            self._sent_total += res
+            if self._pooled:
+                self._recycle()
             while res:
                 first = pending[0]
                 if res >= len(first):
@@ -344,8 +420,10 @@ class _Channel:
 
     def abort(self) -> None:
         """Close at once: buffered writes are dropped, operations in flight cancelled."""
+        self._aborted = True
         self._pending.clear()
         self._pending_size = 0
+        self._pooled.clear()
         if self._send_op is not None:
             self._ring.cancel(self._send_op)
         self._closing = False  # close() runs in full
@@ -397,7 +475,10 @@ class StreamReader(asyncio.StreamReader):
         channel = self._channel
         if channel is None:
             return await super()._wait_for_data(func_name)  # type: ignore[misc]
-        self._begin(func_name)
+        if self._waiter is not None:
+            raise RuntimeError(f"{func_name}() called while another coroutine is already "
+                               "waiting for incoming data")
+        self._waiter = self._busy
         try:
             chunk = self._chunk
             if chunk is None:
@@ -412,7 +493,7 @@ class StreamReader(asyncio.StreamReader):
         finally:
             self._waiter = None
         if n:
-            self.feed_data(ffi.buffer(chunk, n))
+            self._buffer.extend(ffi.buffer(chunk, n))  # feed_data, less what a transport needs
         else:
             self.feed_eof()
 
@@ -442,17 +523,16 @@ class StreamReader(asyncio.StreamReader):
         if not n:
             return 0
         buffered = self._buffer
+        if not buffered and not self._eof and (n < _READ_AHEAD or self._channel is None):
+            await self._wait_for_data("readinto")  # a small read: read ahead
         if buffered:
             k = min(n, len(buffered))
-            view[:k] = buffered[:k]
+            with memoryview(buffered) as m:
+                view[:k] = m[:k]
             del buffered[:k]
-            self._maybe_resume_transport()  # type: ignore[attr-defined]
             return k
         if self._eof or self._channel is None:
-            if self._eof:
-                return 0
-            await self._wait_for_data("readinto")
-            return await self.readinto(view)
+            return 0
         self._begin("readinto")
         cbuf = _from_buffer(_CHARS, view, True)
         try:
@@ -475,26 +555,35 @@ class StreamReader(asyncio.StreamReader):
         Buffered bytes are copied first; the rest is received straight into
         `buf`.  If the task is cancelled, the bytes already received go back
         in front of the buffer: the next read returns them."""
-        view = _buffer_view(buf, "readinto_exactly")
+        view = buf if type(buf) is bytearray else _buffer_view(buf, "readinto_exactly")
         if self._exception is not None:
             raise self._exception
         n = len(view)
         buffered = self._buffer
+        channel = self._channel
+        if n < _READ_AHEAD or channel is None:
+            # A small read (a frame's header, say): read ahead into the buffer
+            # as readexactly does, so that one receive also brings what follows.
+            while len(buffered) < n:
+                if self._eof:
+                    partial = bytes(buffered)
+                    buffered.clear()
+                    raise asyncio.IncompleteReadError(partial, n)
+                await self._wait_for_data("readinto_exactly")
+            view[:] = buffered[:n]  # same length: a bytearray is not resized
+            del buffered[:n]
+            return n
+        if type(view) is bytearray:
+            view = memoryview(view)
         k = min(n, len(buffered))
         if k:
-            view[:k] = buffered[:k]
+            with memoryview(buffered) as m:
+                view[:k] = m[:k]
             del buffered[:k]
-            self._maybe_resume_transport()  # type: ignore[attr-defined]
         if k == n:
             return n
         if self._eof:
             raise asyncio.IncompleteReadError(bytes(view[:k]), n)
-        channel = self._channel
-        if channel is None:
-            self._buffer[:0] = view[:k]
-            data = await self.readexactly(n)
-            view[:] = data
-            return n
         self._begin("readinto_exactly")
         cbuf = _from_buffer(_CHARS, view, True)
         done = k
