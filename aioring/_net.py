@@ -86,7 +86,7 @@ def _ipv6_scope(scope_id: int, packed: bytes) -> str:
 def decode_sockaddr(raw: bytes, family: int) -> Any:
     """A kernel sockaddr as Python's socket module gives it (recvfrom, accept)."""
     if len(raw) < 2:
-        return "" if family == socket.AF_UNIX else None
+        return None  # no address at all (an unbound sender), as socket gives it
     fam = struct.unpack_from("=H", raw)[0]
     if fam == socket.AF_INET:
         port = struct.unpack_from("!H", raw, 2)[0]
@@ -163,14 +163,15 @@ def _family_name(family: int) -> str:
 
 
 async def encode_sockaddr(sock: socket.socket, address: Any, loop: asyncio.AbstractEventLoop,
-                          func: str = "connect") -> bytes:
-    """`address` as a kernel sockaddr for `sock`'s family, resolving host names
-    through the loop's getaddrinfo as the loop's sock_connect does."""
+                          func: str = "connect") -> tuple[bytes, Any]:
+    """(`address` as a kernel sockaddr for `sock`'s family, the address used),
+    resolving host names through the loop's getaddrinfo as the loop's
+    sock_connect does."""
     family = sock.family
     if family in (socket.AF_INET, socket.AF_INET6):
         packed = _encode_inet(family, address, func)
         if packed is not None:
-            return packed
+            return packed, address
         infos = await loop.getaddrinfo(address[0], address[1], family=family, type=sock.type,
                                        proto=sock.proto)
         if not infos:
@@ -179,7 +180,7 @@ async def encode_sockaddr(sock: socket.socket, address: Any, loop: asyncio.Abstr
         packed = _encode_inet(family, resolved, func)
         if packed is None:  # pragma: no cover - getaddrinfo returns numeric hosts
             raise OSError(f"cannot use the address {resolved!r}")
-        return packed
+        return packed, resolved
     if family == socket.AF_UNIX:
         if isinstance(address, str):
             path = os.fsencode(address)
@@ -192,7 +193,7 @@ async def encode_sockaddr(sock: socket.socket, address: Any, loop: asyncio.Abstr
         if len(path) > 107 + (path[:1] == b"\0"):
             raise OSError(errno.EINVAL, "AF_UNIX path too long")
         tail = b"" if path[:1] == b"\0" else b"\0"
-        return struct.pack("=H", socket.AF_UNIX) + path + tail
+        return struct.pack("=H", socket.AF_UNIX) + path + tail, address
     raise ValueError(f"address family {_family_name(family)} is not supported")
 
 
@@ -311,7 +312,7 @@ async def sock_sendto(sock: socket.socket, data: Any, address: Any) -> int:
     fd = check_socket(sock)
     cbuf = readable_buffer(data)
     loop, ring = _ring_and_loop()
-    name = await encode_sockaddr(sock, address, loop, "sendto")
+    name, _ = await encode_sockaddr(sock, address, loop, "sendto")
     m = _Msg(1, 0)
     cname = ffi.from_buffer(_CHARS, name)
     m.iov[0].iov_base = cbuf
@@ -332,7 +333,7 @@ async def sock_connect(sock: socket.socket, address: Any) -> None:
     """loop.sock_connect: connect `sock`, resolving a host name first as the loop does."""
     fd = check_socket(sock)
     loop, ring = _ring_and_loop()
-    name = await encode_sockaddr(sock, address, loop)
+    name, address = await encode_sockaddr(sock, address, loop)
     cname = ffi.from_buffer(_CHARS, name)
     op = ring.start(loop, lib.aior_prep_connect, (fd, ffi.cast("struct sockaddr *", cname), len(name)),
                     None, None, 0, unbounded=True)
