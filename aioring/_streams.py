@@ -444,6 +444,14 @@ class _Channel:
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed_future)
 
+    def __del__(self) -> None:
+        # A file object or socket closes itself when collected; a bare fd is ours.
+        if not self._closed and isinstance(self._owner, int):
+            try:
+                os.close(self._owner)
+            except OSError:
+                pass
+
 
 class StreamReader(asyncio.StreamReader):
     """asyncio's StreamReader, fed by ring receives; plus readinto and readinto_exactly."""
@@ -831,6 +839,7 @@ class Server:
         self._handlers: set[asyncio.Task[Any]] = set()
         self._all_closed: asyncio.Future[None] = loop.create_future()
         self._accepters_closing: asyncio.Task[None] | None = None
+        self._listeners_closed = False
 
     def __repr__(self) -> str:
         return f"<{self.__class__.__name__} sockets={self.sockets!r}>"
@@ -910,27 +919,36 @@ class Server:
         self._check_all_closed()
 
     def _check_all_closed(self) -> None:
-        if self._closed and not self._writers and not self._accepters \
+        if self._closed and self._listeners_closed and not self._writers \
                 and not self._all_closed.done():
             self._all_closed.set_result(None)
 
     def close(self) -> None:
-        """Stop listening and close the listening sockets; connections stay open."""
+        """Stop listening at once and close the listening sockets; the
+        connections accepted so far stay open."""
         if self._closed:
             return
         self._closed = True
         self._serving = False
+        listeners = list(self._sockets)
+        for sock in listeners:
+            # A listener that an ACCEPT in flight still holds would go on
+            # taking connections until that ends: shut it down now.
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._remove_unix_path()
         accepters, self._accepters = self._accepters, []
         for task in accepters:
             task.cancel()
-        listeners = list(self._sockets)
 
         async def close_listeners() -> None:
-            # The accept operations hold the listeners: close them after they ended.
+            # The kernel lets go of a listener when its accept ended: close it then.
             await asyncio.gather(*accepters, return_exceptions=True)
             for sock in listeners:
                 sock.close()
-            self._remove_unix_path()
+            self._listeners_closed = True
             self._check_all_closed()
 
         if accepters:
@@ -938,7 +956,7 @@ class Server:
         else:
             for sock in listeners:
                 sock.close()
-            self._remove_unix_path()
+            self._listeners_closed = True
             self._check_all_closed()
         if self._serving_forever is not None and not self._serving_forever.done():
             self._serving_forever.cancel()
