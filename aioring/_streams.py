@@ -663,11 +663,20 @@ class StreamWriter:
     async def drain(self) -> None:
         """Wait until the buffered data fell to the low water mark; raise the
         error that ended the connection, as asyncio's drain does."""
-        if self._reader is not None:
-            exc = self._reader.exception()
+        reader = self._reader
+        if reader is not None:
+            exc = reader.exception()
             if exc is not None:
                 raise exc
-        await self._transport.drain()
+        channel = self._transport
+        if channel._write_exc is None and not channel._closing:
+            # The common case, without a second coroutine: send, and return
+            # unless above the high water mark.
+            if channel._send_op is None and channel._pending:
+                channel._send()
+            if channel._pending_size <= channel._high and channel._write_exc is None:
+                return
+        await channel.drain()
 
 
 # ------------------------------------------------------------ constructors
@@ -703,6 +712,11 @@ def _streams_for(sock: socket.socket, limit: int,
     return reader, StreamWriter(channel, reader, loop)
 
 
+def _check_limit(limit: int) -> None:
+    if limit <= 0:  # asyncio.StreamReader's check, made before anything connects
+        raise ValueError("Limit cannot be <= 0")
+
+
 def _no_tls(ssl: Any, **ssl_only: Any) -> None:
     if ssl:
         raise ValueError("aioring streams carry plain TCP and unix sockets; "
@@ -726,6 +740,7 @@ async def open_connection(host: str | None = None, port: int | str | None = None
     Tries each address getaddrinfo gives, one after the other, as
     loop.create_connection does; happy_eyeballs_delay and interleave are
     accepted for compatibility, the attempts are not staggered."""
+    _check_limit(limit)
     _no_tls(ssl, server_hostname=server_hostname, ssl_handshake_timeout=ssl_handshake_timeout,
             ssl_shutdown_timeout=ssl_shutdown_timeout)
     loop = asyncio.get_running_loop()
@@ -792,6 +807,7 @@ async def open_unix_connection(path: str | bytes | os.PathLike[str] | None = Non
                                ssl_shutdown_timeout: float | None = None,
                                ) -> tuple[StreamReader, StreamWriter]:
     """asyncio.open_unix_connection over the ring: (reader, writer)."""
+    _check_limit(limit)
     _no_tls(ssl, server_hostname=server_hostname, ssl_handshake_timeout=ssl_handshake_timeout,
             ssl_shutdown_timeout=ssl_shutdown_timeout)
     loop = asyncio.get_running_loop()
@@ -1021,6 +1037,7 @@ async def start_server(client_connected_cb: ClientConnected, host: Any = None,
                        ssl_shutdown_timeout: float | None = None) -> Server:
     """asyncio.start_server over the ring: a Server whose connections get
     (StreamReader, StreamWriter) pairs; `client_connected_cb` may be a coroutine function."""
+    _check_limit(limit)
     _no_tls(ssl, ssl_handshake_timeout=ssl_handshake_timeout,
             ssl_shutdown_timeout=ssl_shutdown_timeout)
     loop = asyncio.get_running_loop()
@@ -1098,6 +1115,7 @@ async def start_unix_server(client_connected_cb: ClientConnected,
                             ssl_shutdown_timeout: float | None = None) -> Server:
     """asyncio.start_unix_server over the ring.  A stale socket file at `path`
     is replaced, and the file is removed when the server closes, as in 3.13."""
+    _check_limit(limit)
     _no_tls(ssl, ssl_handshake_timeout=ssl_handshake_timeout,
             ssl_shutdown_timeout=ssl_shutdown_timeout)
     loop = asyncio.get_running_loop()
@@ -1159,6 +1177,7 @@ async def open_pipe_reader(pipe: Any, *, limit: int = _DEFAULT_LIMIT) -> StreamR
     The reader owns the pipe from here on: closing it (feed_eof at EOF does
     not) is done by its channel, reachable as ``reader._channel``, or when
     the reader is garbage; a subprocess's stdout works as is."""
+    _check_limit(limit)
     loop = asyncio.get_running_loop()
     fd, owner = _pipe_fd(pipe)
     _check_pipe(fd)
