@@ -224,7 +224,7 @@ class _Channel:
             exc = self._write_exc
             raise type(exc)(exc.errno, exc.strerror)
         if not data or self._closing:
-            return  # asyncio drops writes after close() silently
+            return  # dropped, as asyncio's transport drops them once its buffer is empty
         self._pending.append(data)
         self._pending_size += len(data)
         self._queued_total += len(data)
@@ -584,6 +584,8 @@ class StreamReader(asyncio.StreamReader):
         if type(view) is bytearray:
             view = memoryview(view)
         k = min(n, len(buffered))
+        if k < n and not self._eof:
+            self._begin("readinto_exactly")  # refused before anything is consumed
         if k:
             with memoryview(buffered) as m:
                 view[:k] = m[:k]
@@ -592,7 +594,6 @@ class StreamReader(asyncio.StreamReader):
             return n
         if self._eof:
             raise asyncio.IncompleteReadError(bytes(view[:k]), n)
-        self._begin("readinto_exactly")
         cbuf = _from_buffer(_CHARS, view, True)
         done = k
         try:
