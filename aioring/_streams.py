@@ -713,6 +713,15 @@ def _streams_for(sock: socket.socket, limit: int,
     return reader, StreamWriter(channel, reader, loop)
 
 
+def _check_given_socket(sock: socket.socket, host: Any, port: Any) -> None:
+    # The loop's checks and messages for a socket passed as sock=.
+    if host is not None or port is not None:
+        raise ValueError("host/port and sock can not be specified at the same time")
+    check_socket(sock)
+    if sock.type != socket.SOCK_STREAM:
+        raise ValueError(f"A Stream Socket was expected, got {sock!r}")
+
+
 def _check_limit(limit: int) -> None:
     if limit <= 0:  # asyncio.StreamReader's check, made before anything connects
         raise ValueError("Limit cannot be <= 0")
@@ -746,11 +755,7 @@ async def open_connection(host: str | None = None, port: int | str | None = None
             ssl_shutdown_timeout=ssl_shutdown_timeout)
     loop = asyncio.get_running_loop()
     if sock is not None:
-        if host is not None or port is not None:
-            raise ValueError("host/port and sock can not be specified at the same time")
-        check_socket(sock)
-        if sock.type != socket.SOCK_STREAM:
-            raise ValueError(f"A Stream Socket was expected, got {sock!r}")
+        _check_given_socket(sock, host, port)
         return _streams_for(sock, limit, loop)
     if host is None and port is None:
         raise ValueError("host and port was not specified and no sock specified")
@@ -1043,11 +1048,7 @@ async def start_server(client_connected_cb: ClientConnected, host: Any = None,
             ssl_shutdown_timeout=ssl_shutdown_timeout)
     loop = asyncio.get_running_loop()
     if sock is not None:
-        if host is not None or port is not None:
-            raise ValueError("host/port and sock can not be specified at the same time")
-        check_socket(sock)
-        if sock.type != socket.SOCK_STREAM:
-            raise ValueError(f"A Stream Socket was expected, got {sock!r}")
+        _check_given_socket(sock, host, port)
         sockets = [sock]
     else:
         sockets = await _listeners(loop, host, port, family, flags, reuse_address, reuse_port)
