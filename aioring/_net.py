@@ -242,15 +242,11 @@ async def _recvmsg(sock: socket.socket, cbuf: Any, nbytes: int) -> tuple[int, An
     m = _Msg(1, _SOCKADDR_SIZE)
     m.iov[0].iov_base = cbuf
     m.iov[0].iov_len = nbytes
-    keep = (m, cbuf)
     op = ring.start(loop, lib.aior_prep_msg,
                     (_RECVMSG, fd, ffi.cast("struct msghdr *", m.msg), m.iov, 1, m.name,
                      _SOCKADDR_SIZE, 0),
-                    None, None, _POLLIN, unbounded=True)
-    try:
-        n = await result(ring, op)
-    finally:
-        del keep
+                    (m, cbuf), None, _POLLIN, unbounded=True)
+    n = await result(ring, op)
     namelen = lib.aior_msg_namelen(ffi.cast("struct msghdr *", m.msg))
     return n, decode_sockaddr(ffi.buffer(m.name, namelen)[:], sock.family)
 
@@ -277,7 +273,22 @@ async def sock_recvfrom_into(sock: socket.socket, buf: Any, nbytes: int = 0) -> 
         nbytes = len(cbuf)
     elif nbytes > len(cbuf):
         raise ValueError("nbytes is greater than the length of the buffer")
-    return await _recvmsg(sock, cbuf, nbytes)
+    return await _holding(_recvmsg(sock, cbuf, nbytes), cbuf)
+
+
+async def _holding(coro: Any, export: Any) -> Any:
+    """Await `coro`, whose ring operations hold `export` (they own it until
+    their CQE: see Ring.abandon), then release it so that the caller's
+    bytearray can be resized again at once."""
+    closed = False
+    try:
+        return await coro
+    except GeneratorExit:
+        closed = True  # the ring keeps the export until the kernel let go
+        raise
+    finally:
+        if not closed:
+            ffi.release(export)
 
 
 # ------------------------------------------------------------------- send
@@ -289,7 +300,7 @@ async def send_all(fd: int, cbuf: Any, length: int) -> None:
     while done < length:
         n = min(length - done, MAX_RW)
         op = ring.start(loop, _PREP_RW, (_SEND, fd, cbuf + done, n, 0, _NOSIGNAL | _WAITALL),
-                        None, None, _POLLOUT, unbounded=True)
+                        (cbuf,), None, _POLLOUT, unbounded=True)
         done += await result(ring, op)
 
 
@@ -301,10 +312,7 @@ async def sock_sendall(sock: socket.socket, data: Any) -> None:
     the loop's may."""
     fd = check_socket(sock)
     cbuf = readable_buffer(data)
-    try:
-        await send_all(fd, cbuf, len(cbuf))
-    finally:
-        ffi.release(cbuf)
+    await _holding(send_all(fd, cbuf, len(cbuf)), cbuf)
 
 
 async def sock_sendto(sock: socket.socket, data: Any, address: Any) -> int:
@@ -317,15 +325,11 @@ async def sock_sendto(sock: socket.socket, data: Any, address: Any) -> int:
     cname = ffi.from_buffer(_CHARS, name)
     m.iov[0].iov_base = cbuf
     m.iov[0].iov_len = len(cbuf)
-    keep = (m, cbuf, cname)
     op = ring.start(loop, lib.aior_prep_msg,
                     (_SENDMSG, fd, ffi.cast("struct msghdr *", m.msg), m.iov, 1, cname,
                      len(name), _NOSIGNAL),
-                    None, None, _POLLOUT, unbounded=True)
-    try:
-        return await result(ring, op)
-    finally:
-        del keep
+                    (m, cbuf, cname), None, _POLLOUT, unbounded=True)
+    return await _holding(result(ring, op), cbuf)
 
 
 # ---------------------------------------------------------------- connect
@@ -336,7 +340,7 @@ async def sock_connect(sock: socket.socket, address: Any) -> None:
     name, address = await encode_sockaddr(sock, address, loop)
     cname = ffi.from_buffer(_CHARS, name)
     op = ring.start(loop, lib.aior_prep_connect, (fd, ffi.cast("struct sockaddr *", cname), len(name)),
-                    None, None, 0, unbounded=True)
+                    (cname,), None, 0, unbounded=True)
     try:
         await result(ring, op)
         return
@@ -371,7 +375,7 @@ async def sock_accept(sock: socket.socket) -> tuple[socket.socket, Any]:
     while True:
         op = ring.start(loop, lib.aior_prep_accept,
                         (fd, ffi.cast("struct sockaddr *", name), namelen, lib.SOCK_CLOEXEC),
-                        None, None, 0, unbounded=True)
+                        (name, namelen), None, 0, unbounded=True)
         try:
             new_fd = await result(ring, op)
             break

@@ -94,6 +94,9 @@ async def result(ring: Ring, op: Op) -> Any:
         return await op.future
     except asyncio.CancelledError as exc:
         return await ring.settle(op, exc)
+    except GeneratorExit:
+        ring.abandon(op)  # the coroutine was closed: op.keep stays with the kernel
+        raise
 
 
 def _finish_read(op: Op, res: int) -> bytes:

@@ -173,7 +173,13 @@ def _release(op: Op) -> None:
     if keep is not None:
         op.keep = None
         op.args = ()
-        ffi.release(keep)
+        if type(keep) is not tuple:
+            ffi.release(keep)  # a tuple (several objects) is let go by dropping it
+
+
+def _swallow(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # retrieved: nothing is logged for it
 
 
 def _no_prep(*args: Any) -> int:
@@ -294,7 +300,9 @@ class Ring:
         """
         if self._closed:
             raise RuntimeError("this io_uring is closed")
-        if _owed:
+        if _owed and sink is None:
+            # (A sink's op is started by a synchronous call, write() or
+            # close(), which must not raise the task's owed cancellation.)
             _deliver_owed()
         op = Op(None, prep, args, keep, finish, poll_mask)
         ops = self._ops
@@ -504,7 +512,8 @@ class Ring:
             keep = op.keep
             if keep is not None:
                 op.keep = None
-                _ffi_release(keep)
+                if type(keep) is not tuple:
+                    _ffi_release(keep)
 
     def _retry(self, op: Op, res: int) -> bool:
         """-EAGAIN from a non-blocking fd: poll it, then try again.  True when requeued."""
@@ -561,6 +570,15 @@ class Ring:
                 _release(op)
         _redeliver_later(exc)
         return result
+
+    def abandon(self, op: Op) -> None:
+        """The coroutine awaiting `op` was closed (GeneratorExit) while the
+        kernel still holds it: cancel it, keep what it holds (op.keep) until
+        its CQE, and swallow its outcome, which nobody will read."""
+        fut = op.future
+        if fut is not None and not fut.done():
+            fut.add_done_callback(_swallow)
+        self.cancel(op)
 
     def cancel(self, op: Op) -> None:
         """Ask the kernel to stop `op`, whose future nobody awaits (streams).

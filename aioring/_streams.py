@@ -37,6 +37,7 @@ from typing import Any
 from ._liburing import ffi, lib
 from ._net import check_socket, sock_accept, sock_connect
 from ._ops import MAX_RW, check_fd
+from ._ring import _DONE as _OP_DONE
 from ._ring import Op, get_ring, os_error, ready
 
 __all__ = ["Server", "StreamReader", "StreamWriter", "open_connection", "open_pipe_reader",
@@ -179,8 +180,13 @@ class _Channel:
         self._wake_drainers()
 
     # ----------------------------------------------------------------- read
-    async def receive(self, ptr: Any, n: int, flags: int = 0) -> int:
-        """One receive of at most n bytes into ptr; 0 at EOF or once closing."""
+    async def receive(self, ptr: Any, n: int, keep: Any, flags: int = 0) -> int:
+        """One receive of at most n bytes into ptr; 0 at EOF or once closing.
+
+        `keep` is what holds ptr's memory (an export, or a tuple of objects):
+        the ring owns it until the CQE, also if this coroutine is closed.  A
+        receive that fails (a reset peer) closes the channel, as asyncio's
+        transport closes on a read error."""
         if self._closing:
             return 0
         if self._is_socket:
@@ -188,25 +194,49 @@ class _Channel:
         else:
             args = (_READ, self._fd, ptr, min(n, MAX_RW), -1, 0)
         ring = self._ring
-        op = ring.start(self._loop, _PREP_RW, args, None, None, _POLLIN, unbounded=True)
-        if op.future is None:
-            return ready(op)
+        try:
+            op = ring.start(self._loop, _PREP_RW, args, keep, None, _POLLIN, unbounded=True)
+            if op.future is None:
+                return ready(op)
+        except OSError:
+            self.abort()
+            raise
         self._read_op = op
         self._inflight += 1
+        fut = op.future
+        abandoned = False
         try:
             try:
-                return await op.future
+                return await fut
             except asyncio.CancelledError as exc:
                 return await ring.settle(op, exc)
+        except GeneratorExit:
+            if op.state != _OP_DONE:
+                # Closed with the receive in flight: the ring keeps `keep`,
+                # and the channel counts the receive until its CQE.
+                abandoned = True
+                hook = op.waiter if op.waiter is not None else fut
+                ring.abandon(op)
+                hook.add_done_callback(self._abandoned_receive_done)
+            raise
         except OSError as exc:
             if exc.errno == _ECANCELED and self._closing:
                 return 0  # closed under the read: end of stream, as asyncio's reader sees it
+            self.abort()
             raise
         finally:
-            self._read_op = None
-            self._inflight -= 1
-            if self._closing and not self._inflight and not self._pending:
-                self._finish_close()
+            if not abandoned:
+                self._read_op = None
+                self._receive_done()
+
+    def _abandoned_receive_done(self, fut: asyncio.Future[Any]) -> None:
+        self._read_op = None
+        self._receive_done()
+
+    def _receive_done(self) -> None:
+        self._inflight -= 1
+        if self._closing and not self._inflight and not self._pending:
+            self._finish_close()
 
     # ---------------------------------------------------------------- write
     def write(self, data: Any) -> None:
@@ -345,11 +375,13 @@ class _Channel:
         self._inflight -= 1
         self._send_keep = None
         if isinstance(res, OSError):
-            if not (res.errno == _ECANCELED and self._closing):
-                self._write_exc = res
             self._pending.clear()
             self._pending_size = 0
             self._pooled.clear()
+            if not (res.errno == _ECANCELED and self._closing):
+                self._write_exc = res
+                if not self._closing:
+                    self.abort()  # as asyncio's transport: a failed send ends the connection
         elif self._aborted:
             pass  # the data was dropped already
         else:
@@ -493,7 +525,7 @@ class StreamReader(asyncio.StreamReader):
                 # Not zeroed: the kernel touches only the pages it fills, so
                 # many idle connections cost address space, not memory.
                 chunk = self._chunk = _alloc(_CHARS, _CHUNK)
-            n = await channel.receive(chunk, _CHUNK)
+            n = await channel.receive(chunk, _CHUNK, (chunk,))
         except OSError as exc:
             self._waiter = None
             self.set_exception(exc)
@@ -525,6 +557,12 @@ class StreamReader(asyncio.StreamReader):
         """Read at least one byte into `buf` (0 at EOF): buffered bytes first,
         otherwise one receive straight into `buf`."""
         view = _buffer_view(buf, "readinto")
+        try:
+            return await self._readinto(view)
+        finally:
+            _let_go(view)
+
+    async def _readinto(self, view: memoryview) -> int:
         if self._exception is not None:
             raise self._exception
         n = len(view)
@@ -542,16 +580,15 @@ class StreamReader(asyncio.StreamReader):
         if self._eof or self._channel is None:
             return 0
         self._begin("readinto")
-        cbuf = _from_buffer(_CHARS, view, True)
+        cbuf = _from_buffer(_CHARS, view, True)  # the ring releases it at the CQE
         try:
-            got = await self._channel.receive(cbuf, n)
+            got = await self._channel.receive(cbuf, n, cbuf)
         except OSError as exc:
             self._waiter = None
             self.set_exception(exc)
             raise
         finally:
             self._waiter = None
-            ffi.release(cbuf)
         if not got:
             self.feed_eof()
         return got
@@ -563,7 +600,15 @@ class StreamReader(asyncio.StreamReader):
         Buffered bytes are copied first; the rest is received straight into
         `buf`.  If the task is cancelled, the bytes already received go back
         in front of the buffer: the next read returns them."""
-        view = buf if type(buf) is bytearray else _buffer_view(buf, "readinto_exactly")
+        if type(buf) is bytearray and len(buf) < _READ_AHEAD:
+            return await self._readinto_exactly(buf)  # no view to let go of
+        view = _buffer_view(buf, "readinto_exactly")
+        try:
+            return await self._readinto_exactly(view)
+        finally:
+            _let_go(view)
+
+    async def _readinto_exactly(self, view: bytearray | memoryview) -> int:
         if self._exception is not None:
             raise self._exception
         n = len(view)
@@ -581,8 +626,7 @@ class StreamReader(asyncio.StreamReader):
             view[:] = buffered[:n]  # same length: a bytearray is not resized
             del buffered[:n]
             return n
-        if type(view) is bytearray:
-            view = memoryview(view)
+        assert isinstance(view, memoryview)
         k = min(n, len(buffered))
         if k < n and not self._eof:
             self._begin("readinto_exactly")  # refused before anything is consumed
@@ -594,28 +638,38 @@ class StreamReader(asyncio.StreamReader):
             return n
         if self._eof:
             raise asyncio.IncompleteReadError(bytes(view[:k]), n)
-        cbuf = _from_buffer(_CHARS, view, True)
         done = k
         try:
             while done < n:
-                got = await channel.receive(cbuf + done, n - done, _WAITALL)
+                # One export per receive: the ring owns it until the CQE.
+                part = _from_buffer(_CHARS, view[done:], True)
+                got = await channel.receive(part, n - done, part, _WAITALL)
                 if not got:
                     break
                 done += got
         except BaseException as exc:
             self._waiter = None
-            ffi.release(cbuf)
             if done:
                 self._buffer[:0] = view[:done]  # nothing received is lost
             if isinstance(exc, OSError):
                 self.set_exception(exc)
             raise
         self._waiter = None
-        ffi.release(cbuf)
         if done < n:
             self.feed_eof()
             raise asyncio.IncompleteReadError(bytes(view[:done]), n)
         return n
+
+
+def _let_go(view: memoryview) -> None:
+    """Release our view of the caller's buffer, so that a bytearray can be
+    resized again the moment the call returns or raises (a traceback keeps
+    the frame, and with it the view, alive).  A view the kernel still holds
+    (a closed coroutine's receive in flight) goes when the ring lets go."""
+    try:
+        view.release()
+    except BufferError:
+        pass
 
 
 class StreamWriter:
@@ -1002,9 +1056,8 @@ class Server:
             writer.transport.abort()
 
     async def wait_closed(self) -> None:
-        """Wait until the server is closed and every connection it accepted is closed."""
-        if not self._closed:
-            return  # as asyncio's before close(): nothing to wait for
+        """Wait until the server is closed and every connection it accepted is
+        closed (called before close(), it waits for close() too, as asyncio's)."""
         await asyncio.shield(self._all_closed)
 
     async def serve_forever(self) -> None:

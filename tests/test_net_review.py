@@ -1,0 +1,358 @@
+"""Review tests for aioring's sockets and streams: behaviours the other test
+files do not pin down, each stated against asyncio where asyncio has one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import socket
+import struct
+
+import pytest
+
+import aioring
+from aioring import _ring
+
+IMPLS = ["aioring", "asyncio"]
+
+
+@pytest.fixture
+def socks():
+    made: list[socket.socket] = []
+
+    def keep(*sockets: socket.socket) -> socket.socket:
+        made.extend(sockets)
+        return sockets[0]
+
+    yield keep
+    for s in made:
+        s.close()
+
+
+def _tcp_pair(keep) -> tuple[socket.socket, socket.socket]:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        client = keep(socket.socket())
+        client.connect(listener.getsockname())
+        server, _ = listener.accept()
+    keep(server)
+    return client, server
+
+
+def _reset(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+async def _streams(impl: str, sock: socket.socket):
+    if impl == "aioring":
+        return await aioring.open_connection(sock=sock)
+    return await asyncio.open_connection(sock=sock)
+
+
+async def _close(writer) -> None:
+    writer.close()
+    with contextlib.suppress(ConnectionError):
+        await writer.wait_closed()
+
+
+async def _cancel_ring_ops(exclude: set[int] = frozenset()) -> None:
+    """Ask the kernel to drop every operation still in flight on this loop's
+    ring, and wait until it did (cleanup after a test left some behind); the
+    outcome nobody awaits any more is retrieved here."""
+    ring = _ring.get_ring(asyncio.get_running_loop())
+    ops = []
+    for key, op in list(ring._ops.items()):
+        if op is not _ring._CANCEL and key not in exclude:
+            ops.append(op)
+            ring._cancel(key)
+    for _ in range(1000):
+        if all(op.state == _ring._DONE for op in ops):
+            break
+        await asyncio.sleep(0)
+    for op in ops:
+        fut = op.future
+        if isinstance(fut, asyncio.Future) and fut.done() and not fut.cancelled():
+            fut.exception()
+
+
+# ------------------------------------------------------------------ servers
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_server_wait_closed_before_close_waits_for_close(impl):
+    """asyncio's Server.wait_closed() called before close() waits until the
+    server is closed (3.11 and 3.12.1+, both loops); it does not return at once."""
+    mod = aioring if impl == "aioring" else asyncio
+    server = await mod.start_server(lambda r, w: None, "127.0.0.1", 0)
+    waiting = asyncio.ensure_future(server.wait_closed())
+    for _ in range(10):
+        await asyncio.sleep(0)
+    returned_early = waiting.done()
+    server.close()
+    await asyncio.wait_for(waiting, 5)
+    assert not returned_early, "wait_closed() returned before close() was called"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_a_reset_seen_by_a_read_closes_the_transport(socks, impl, loop_errors):
+    """When a read fails with ConnectionResetError, asyncio's transport is
+    closed by then (is_closing(), the socket's fd released), on both loops."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await _streams(impl, a)
+    _reset(b)
+    with pytest.raises(ConnectionResetError):
+        await reader.read(100)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    closing, fd = writer.is_closing(), a.fileno()
+    await _close(writer)
+    assert closing, "the transport is not closing after the connection was reset"
+    assert fd == -1, "the socket is still open after the connection was reset"
+    assert loop_errors == []
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_server_wait_closed_after_a_handler_swallowed_a_reset(impl, loop_errors):
+    """A handler that catches the reset and returns without closing its writer:
+    asyncio closed that connection itself, so wait_closed() returns."""
+    mod = aioring if impl == "aioring" else asyncio
+    handled = asyncio.get_running_loop().create_future()
+
+    async def handler(reader, writer):
+        try:
+            await reader.read(100)
+        except ConnectionResetError:
+            pass
+        handled.set_result(None)
+
+    server = await mod.start_server(handler, "127.0.0.1", 0)
+    client = socket.socket()
+    client.connect(server.sockets[0].getsockname())
+    _reset(client)
+    await asyncio.wait_for(handled, 5)
+    server.close()
+    try:
+        await asyncio.wait_for(server.wait_closed(), 2)
+    except asyncio.TimeoutError:
+        pytest.fail("wait_closed() never returned: the reset connection was never closed")
+    assert loop_errors == []
+
+
+# ------------------------------------------------------------- cancellation
+async def test_close_after_a_late_read_result_does_not_raise(socks):
+    """A read whose task was cancelled after its bytes arrived returns them and
+    owes the cancellation "at the task's next await".  writer.close() is no
+    await: it must not raise CancelledError (asyncio's never raises)."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await aioring.open_connection(sock=a)
+    outcome = []
+
+    async def body():
+        data = await reader.read(10)
+        writer.write(b"got:" + data)
+        try:
+            writer.close()
+        except asyncio.CancelledError:
+            outcome.append("close() raised CancelledError")
+            raise
+        outcome.append("close() returned")
+        await asyncio.sleep(0)  # the owed cancellation lands here
+
+    task = asyncio.ensure_future(body())
+    await asyncio.sleep(0)  # the task's receive is in flight
+    read_op = reader._channel._read_op
+    assert read_op is not None
+    b.sendall(b"hello")
+    while not read_op.future.done():  # the CQE is harvested; the task has not run yet
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.wait_for(writer.wait_closed(), 5)
+    b.settimeout(5)
+    assert b.recv(100) == b"got:hello"
+    assert outcome == ["close() returned"]
+
+
+# ------------------------------------------------------- buffer ownership
+@pytest.mark.parametrize("how", ["readinto_exactly", "readinto"])
+async def test_a_failed_read_leaves_the_callers_buffer_resizable(socks, how):
+    """_ring: "release it now, not when the last reference goes (a traceback can
+    hold the caller's frame for a long time), so that a bytearray can be resized
+    again the moment the call returns".  The stream reads keep a memoryview of
+    the caller's buffer in their frame, which the exception's traceback holds."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await aioring.open_connection(sock=a)
+    buf = bytearray(100_000)
+    if how == "readinto_exactly":
+        b.sendall(b"x" * 10)
+        b.shutdown(socket.SHUT_WR)
+        expected: type[BaseException] = asyncio.IncompleteReadError
+    else:
+        _reset(b)
+        expected = ConnectionResetError
+    try:
+        if how == "readinto_exactly":
+            await reader.readinto_exactly(buf)
+        else:
+            await reader.readinto(buf)
+    except expected:
+        try:
+            buf.extend(b"y")
+        except BufferError:
+            pytest.fail("the bytearray is still exported after the read raised")
+    else:
+        pytest.fail("the read did not raise")
+    finally:
+        await _close(writer)
+
+
+def _exported(ba: bytearray) -> bool:
+    """Whether `ba` is exported (cannot be resized).  The tests that ask make
+    sure no data can arrive, so a resize that succeeds corrupts nothing."""
+    try:
+        ba.append(0)
+    except BufferError:
+        return True
+    ba.pop()
+    return False
+
+
+@pytest.mark.parametrize("call", ["sock_recv_into", "sock_recvfrom_into", "readinto",
+                                  "readinto_exactly"])
+async def test_a_closed_coroutine_leaves_its_buffer_with_the_kernel(socks, call):
+    """The in-flight table holds every object the kernel reads or writes (_ring's
+    "Ownership").  A coroutine can be closed (coro.close(), GeneratorExit) while
+    its operation is in flight: nothing the kernel may still write into may be
+    released then.  sock_recv_into hands its export to the ring and passes;
+    the others keep it in coroutine locals only."""
+    a, _b = _tcp_pair(socks)
+    a.setblocking(False)
+    buf = bytearray(100_000)
+    writer = None
+    if call == "sock_recv_into":
+        coro = aioring.sock_recv_into(a, buf)
+    elif call == "sock_recvfrom_into":
+        coro = aioring.sock_recvfrom_into(a, buf)
+    else:
+        reader, writer = await aioring.open_connection(sock=a)
+        coro = getattr(reader, call)(buf)
+    ring = _ring.get_ring(asyncio.get_running_loop())
+    before = set(ring._ops)
+    coro.send(None)  # runs to its first suspension: the receive is submitted
+    coro.close()
+    gc.collect()
+    try:
+        assert len(ring._ops) > len(before)  # the kernel still holds the receive
+        assert _exported(buf), "the caller's buffer was released while the kernel may write into it"
+    finally:
+        await _cancel_ring_ops(before)  # never let data arrive into released memory
+        if writer is not None:
+            await _close(writer)
+
+
+async def test_close_keeps_the_fd_while_a_dropped_receive_is_in_flight(socks):
+    """Closing a stream releases the fd "once the kernel holds no operation on
+    it".  A receive whose coroutine was closed is still in the kernel."""
+    a, _b = _tcp_pair(socks)
+    reader, writer = await aioring.open_connection(sock=a)
+    ring = _ring.get_ring(asyncio.get_running_loop())
+    before = set(ring._ops)
+    coro = reader.read(100)
+    coro.send(None)
+    coro.close()
+    try:
+        in_flight = len(ring._ops) > len(before)
+        writer.close()
+        assert in_flight
+        assert a.fileno() != -1, "the fd was closed while the kernel still holds a receive on it"
+    finally:
+        await _cancel_ring_ops(before)
+        await _close(writer)
+
+
+async def test_a_closed_sendall_keeps_its_data_with_the_kernel(socks):
+    """sock_sendall releases its export in `finally`: closing the coroutine while
+    its SEND waits for room lets the caller resize (free) what the kernel reads."""
+    a, _b = _tcp_pair(socks)
+    a.setblocking(False)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    while True:  # fill the send buffer: the ring's SEND has to wait
+        try:
+            a.send(b"\0" * 65536)
+        except BlockingIOError:
+            break
+    data = bytearray(1 << 20)
+    ring = _ring.get_ring(asyncio.get_running_loop())
+    before = set(ring._ops)
+    coro = aioring.sock_sendall(a, data)
+    coro.send(None)
+    coro.close()
+    gc.collect()
+    try:
+        assert len(ring._ops) > len(before)
+        assert _exported(data), "the data was released while the kernel may still send it"
+    finally:
+        await _cancel_ring_ops(before)
+
+
+# ---------------------------------------------------- passing, but important
+async def test_abort_with_a_send_in_flight_closes_once_the_kernel_let_go(socks, loop_errors):
+    """abort() while a large send waits for a peer that does not read: the fd
+    stays open until the send's CQE, wait_closed() then returns, drain raises
+    ConnectionResetError, nothing reaches the exception handler."""
+    a, _b = _tcp_pair(socks)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    _reader, writer = await aioring.open_connection(sock=a)
+    payload = bytearray(4 << 20)
+    writer.write(payload)  # pooled copy
+    writer.write(b"tail")
+    drainer = asyncio.ensure_future(writer.drain())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert writer.transport._send_op is not None
+    writer.transport.abort()
+    assert writer.transport.get_write_buffer_size() == 0
+    await asyncio.wait_for(writer.wait_closed(), 5)
+    assert a.fileno() == -1
+    with pytest.raises(ConnectionResetError):
+        await drainer
+    assert _ring.get_ring(asyncio.get_running_loop())._ops == {}
+    assert loop_errors == []
+
+
+async def test_writes_after_a_partial_send_keep_their_order(socks):
+    """Writes made while a send is in flight (small, joined; large, pooled;
+    mutated after write) arrive in order and as they were at write()."""
+    a, b = _tcp_pair(socks)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+    _reader, writer = await aioring.open_connection(sock=a)
+    expected = []
+    big = bytearray(300_000)
+    for i in range(40):
+        if i % 3 == 0:
+            big[:] = bytes([i]) * len(big)
+            writer.write(big)
+            expected.append(bytes(big))
+            big[:] = b"\xff" * len(big)
+        else:
+            chunk = bytearray(str(i).encode() * 100)
+            writer.write(chunk)
+            expected.append(bytes(chunk))
+            chunk[:] = b"?" * len(chunk)
+        if i % 7 == 0:
+            await asyncio.sleep(0)
+    writer.write_eof()
+    loop = asyncio.get_running_loop()
+
+    def receive_all() -> bytes:
+        b.setblocking(True)
+        parts = []
+        while part := b.recv(1 << 16):
+            parts.append(part)
+        return b"".join(parts)
+
+    got = await loop.run_in_executor(None, receive_all)
+    await _close(writer)
+    assert got == b"".join(expected)
