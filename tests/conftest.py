@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import socket
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -91,3 +92,17 @@ def pipe() -> Iterator[tuple[int, int]]:
             os.close(fd)
         except OSError:
             pass
+
+
+@pytest.fixture
+def socks():
+    """keep(*sockets) -> the first: sockets the test makes, all closed at teardown."""
+    made: list[socket.socket] = []
+
+    def keep(*sockets: socket.socket) -> socket.socket:
+        made.extend(sockets)
+        return sockets[0]
+
+    yield keep
+    for s in made:
+        s.close()

@@ -41,20 +41,6 @@ def _has_ipv6() -> bool:
 needs_ipv6 = pytest.mark.skipif(not _has_ipv6(), reason="no IPv6 loopback here")
 
 
-@pytest.fixture
-def socks():
-    """Sockets the test makes; all closed at teardown."""
-    made: list[socket.socket] = []
-
-    def keep(*sockets: socket.socket) -> socket.socket:
-        made.extend(sockets)
-        return sockets[0]
-
-    yield keep
-    for s in made:
-        s.close()
-
-
 def _tcp_pair(keep, family: int = socket.AF_INET) -> tuple[socket.socket, socket.socket]:
     """A connected loopback TCP pair, both non-blocking."""
     host = "127.0.0.1" if family == socket.AF_INET else "::1"

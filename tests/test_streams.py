@@ -48,19 +48,6 @@ def _reset(sock: socket.socket) -> None:
     sock.close()
 
 
-@pytest.fixture
-def socks():
-    made: list[socket.socket] = []
-
-    def keep(*sockets: socket.socket) -> socket.socket:
-        made.extend(sockets)
-        return sockets[0]
-
-    yield keep
-    for s in made:
-        s.close()
-
-
 def _tcp_pair(keep) -> tuple[socket.socket, socket.socket]:
     """A connected loopback TCP pair (blocking; the streams make theirs non-blocking)."""
     with socket.socket() as listener:

@@ -17,19 +17,6 @@ from aioring import _ring
 IMPLS = ["aioring", "asyncio"]
 
 
-@pytest.fixture
-def socks():
-    made: list[socket.socket] = []
-
-    def keep(*sockets: socket.socket) -> socket.socket:
-        made.extend(sockets)
-        return sockets[0]
-
-    yield keep
-    for s in made:
-        s.close()
-
-
 def _tcp_pair(keep) -> tuple[socket.socket, socket.socket]:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
