@@ -347,8 +347,6 @@ async def sock_connect(sock: socket.socket, address: Any) -> None:
     except OSError as exc:
         if exc.errno not in (errno.EINPROGRESS, errno.EALREADY, errno.EAGAIN):
             raise _connect_error(exc, address) from None
-    finally:
-        del cname
     # An older kernel hands a non-blocking socket's EINPROGRESS back: wait
     # until it is writable, then read the outcome, as the loop does.
     op = ring.start(loop, lib.aior_prep_poll, (fd, _POLLOUT), None, None, 0, unbounded=True)
