@@ -132,6 +132,7 @@ class Op:
         "polling",
         "prep",
         "res",
+        "sink",
         "state",
         "unbounded",
         "waiter",
@@ -151,6 +152,9 @@ class Op:
         self.poll_mask = poll_mask  # for -EAGAIN on a non-blocking fd: poll, then retry
         self.polling = False
         self.unbounded = False  # may wait for a peer indefinitely: exempt from backpressure
+        # Instead of a future, for an op nobody awaits (a stream's receive or
+        # send): called with the CQE's result as the ring harvests it.
+        self.sink: Callable[[int], None] | None = None
 
 
 def ready(op: Op) -> Any:
@@ -278,7 +282,7 @@ class Ring:
     # ------------------------------------------------------------ submitting
     def start(self, loop: asyncio.AbstractEventLoop, prep: Callable[..., int], args: tuple[Any, ...],
               keep: Any, finish: Callable[[Op, int], Any] | None, poll_mask: int = 0,
-              unbounded: bool = False, sink: Any = None) -> Op:
+              unbounded: bool = False) -> Op:
         """Queue one operation.
 
         When the operation completed inside the submit call that queued it,
@@ -292,24 +296,57 @@ class Ring:
         connections would hold every slot and starve everything else.  Should
         their completions ever outnumber the CQ, the kernel keeps the excess
         (IORING_FEAT_NODROP) until the next harvest.
-
-        `sink` stands in for the future of an operation nobody awaits: any
-        object with done(), set_result(), set_exception() and cancel() that
-        acts at once when called (a stream's send), which saves a future and
-        a callback round through the loop.
         """
         if self._closed:
             raise RuntimeError("this io_uring is closed")
-        if _owed and sink is None:
-            # (A sink's op is started by a synchronous call, write() or
-            # close(), which must not raise the task's owed cancellation.)
+        if _owed:
             _deliver_owed()
         op = Op(None, prep, args, keep, finish, poll_mask)
-        ops = self._ops
         if unbounded:
             op.unbounded = True
-        elif self._waiting or len(ops) - self._unbounded >= self._limit:
-            op.future = sink if sink is not None else loop.create_future()
+        return self._launch(loop, op)
+
+    def restart(self, loop: asyncio.AbstractEventLoop, op: Op) -> None:
+        """Start an unbounded op with a sink (see Op), new or whose CQE is in.
+
+        A stream makes one such op for its receives and one for its sends,
+        and starts each again with new arguments (op.args) for every
+        operation.  The sink may be called before this returns (the operation
+        completed inside the submit call).  Never raises the task's owed
+        cancellation: a sink's op starts in synchronous calls (write(), close()).
+
+        Such an op has no `keep`: its sink, a bound method, holds the stream,
+        which holds what the kernel may touch (op.args holds the rest)."""
+        if self._closed:
+            raise RuntimeError("this io_uring is closed")
+        key = self._next_key
+        self._next_key = key + 1
+        if op.prep(self._ring, *op.args, key) == _EBUSY and not self._prep_after_submit(op, key):
+            op.state = _WAITING  # the kernel takes no SQE now
+            self._waiting.appendleft(op)
+            self._schedule_flush(loop)
+            return
+        op.key = key
+        op.state = _SUBMITTED
+        self._ops[key] = op
+        self._unbounded += 1
+        if self._flush_handle is None:
+            # As in _launch: the first operation of the iteration goes at once.
+            self._flush_handle = loop.call_soon(self._flush)
+            self._eager_task = _task_of(loop)
+            self._eager_left = EAGER_RUN if self._solo else 0
+            self._submit_eagerly(loop, op)
+        elif self._eager_left and _task_of(loop) is self._eager_task:
+            self._eager_left -= 1
+            self._submit_eagerly(loop, op)
+
+    def _launch(self, loop: asyncio.AbstractEventLoop, op: Op) -> Op:
+        ops = self._ops
+        unbounded = op.unbounded
+        prep = op.prep
+        args = op.args
+        if not unbounded and (self._waiting or len(ops) - self._unbounded >= self._limit):
+            op.future = loop.create_future()
             self._waiting.append(op)
             self.stats["backpressured"] += 1
             self._schedule_flush(loop)
@@ -318,7 +355,7 @@ class Ring:
         self._next_key = key + 1
         if prep(self._ring, *args, key) == _EBUSY and not self._prep_after_submit(op, key):
             # The kernel takes no SQE now: wait.
-            op.future = sink if sink is not None else loop.create_future()
+            op.future = loop.create_future()
             self._waiting.appendleft(op)
             self._schedule_flush(loop)
             return op
@@ -342,14 +379,14 @@ class Ring:
             self._submit_eagerly(loop, op)
             if op.state == _DONE:
                 return op
-        op.future = sink if sink is not None else loop.create_future()
+        op.future = loop.create_future()
         return op
 
     def _submit_eagerly(self, loop: asyncio.AbstractEventLoop, op: Op) -> None:
         try:
             self._submit()
         except BaseException:
-            if op.state != _DONE:
+            if op.state != _DONE and op.sink is None:
                 # Its caller sees the exception; a CQE that still comes finds a
                 # done future and is dropped, and the op keeps its buffer till then.
                 op.future = loop.create_future()
@@ -484,6 +521,11 @@ class Ring:
                 res = -errno.ECANCELED if res >= 0 else res
             op.state = _DONE
             op.res = res
+            sink = op.sink
+            if sink is not None:
+                sink(res)  # which may start op again
+                continue
+            keep = op.keep
             fut = op.future
             if fut is None:
                 continue  # completed inside the submit call: start()'s caller finishes it
@@ -509,7 +551,6 @@ class Ring:
                     fut.set_exception(exc)
                 else:
                     fut.set_result(result)
-            keep = op.keep
             if keep is not None:
                 op.keep = None
                 if type(keep) is not tuple:
@@ -592,7 +633,9 @@ class Ring:
             op.state = _DONE  # dropped lazily from the queue
             op.res = -errno.ECANCELED
             _release(op)
-            if op.future is not None and not op.future.done():
+            if op.sink is not None:
+                op.sink(-errno.ECANCELED)
+            elif op.future is not None and not op.future.done():
                 op.future.set_exception(os_error(-errno.ECANCELED))
 
     def _cancel(self, target: int) -> None:
@@ -671,6 +714,12 @@ class Ring:
         op.state = _DONE
         op.res = res if res < 0 else -errno.ECANCELED
         _release(op)
+        if op.sink is not None:
+            try:
+                op.sink(op.res)
+            except RuntimeError:  # its loop is already closed
+                pass
+            return
         for fut in (op.waiter, op.future):
             if fut is not None and not fut.done():
                 try:

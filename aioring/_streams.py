@@ -14,7 +14,14 @@ caller goes on; writes made while a send is in flight leave together in one
 vectored send.  ``bytes`` are sent as they are; any other buffer is copied
 first, so changing it after ``write()`` returned changes nothing that is sent.
 
-A channel (the transport) owns the fd.  Closing it lets buffered writes go
+A channel (the transport) owns the fd, and one op for its receives into
+the reader's buffer and one for its sends, each started again for every
+operation; their CQEs go straight to the channel (the ring's sinks), without
+a future or a coroutine in between.  A reader's task waits on asyncio's own
+waiter future, so a read cancelled after its bytes arrived leaves them in the
+buffer, as asyncio's does.
+
+A channel owns the fd.  Closing it lets buffered writes go
 out, cancels a receive in flight, and closes the fd once the kernel holds no
 operation on it.  A receive that completed anyway while its task was
 cancelled is kept in the reader's buffer; a cancelled ``readinto_exactly``
@@ -38,6 +45,7 @@ from ._liburing import ffi, lib
 from ._net import check_socket, sock_accept, sock_connect
 from ._ops import MAX_RW, check_fd
 from ._ring import _DONE as _OP_DONE
+from ._ring import _WAITING as _OP_WAITING
 from ._ring import Op, get_ring, os_error, ready
 
 __all__ = ["Server", "StreamReader", "StreamWriter", "open_connection", "open_pipe_reader",
@@ -89,32 +97,6 @@ def _buffer_view(buf: Any, func: str) -> memoryview:
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
-class _SendSink:
-    """Stands in for the future of a channel's send: the ring calls it as it
-    harvests the CQE, which saves a future and a callback round."""
-
-    __slots__ = ("_channel",)
-
-    def __init__(self, channel: _Channel) -> None:
-        self._channel = channel
-
-    def done(self) -> bool:
-        return self._channel._send_op is None
-
-    def cancelled(self) -> bool:
-        return False
-
-    def set_result(self, res: int) -> None:
-        self._channel._send_finished(res)
-
-    def set_exception(self, exc: BaseException) -> None:
-        self._channel._send_finished(exc if isinstance(exc, OSError) else OSError(str(exc)))
-
-    def cancel(self) -> bool:
-        self._channel._send_finished(os_error(-_ECANCELED))
-        return True
-
-
 class _Channel:
     """The transport of one socket or pipe: owns its fd and the operations on it."""
 
@@ -132,11 +114,21 @@ class _Channel:
         self._closed = False
         self._closed_future: asyncio.Future[None] = loop.create_future()
         self._inflight = 0
-        self._read_op: Op | None = None
+        self._read_op: Op | None = None  # the receive in flight, if any
+        # The receive into the reader's buffer: one op, started again for
+        # every receive (see _arm), into a chunk made at the first.
+        self._reader: StreamReader | None = None
+        self._recv_op: Op | None = None
+        self._chunk: Any = None
+        self._armed = False
         # Write side.
         self._pending: collections.deque[Any] = collections.deque()
         self._pending_size = 0
-        self._send_op: Op | None = None
+        self._send_op: Op | None = None  # the send in flight, if any
+        # One op for every send, started again each time.
+        op = self._send_op_obj = Op(None, _PREP_RW, (), None, None, _POLLOUT)
+        op.unbounded = True
+        op.sink = self._send_finished
         self._send_keep: Any = None
         self._write_exc: OSError | None = None
         self._eof_wanted = False
@@ -144,11 +136,9 @@ class _Channel:
         self._low = _HIGH_WATER // 4
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._send_soon = False
-        self._sink = _SendSink(self)
         # Copies of large mutable buffers: (stream offset of their end, memory).
         self._pooled: collections.deque[tuple[int, Any]] = collections.deque()
         self._spare: Any = None
-        self._queued_total = 0
         self._sent_total = 0
         self._aborted = False
 
@@ -180,6 +170,56 @@ class _Channel:
         self._wake_drainers()
 
     # ----------------------------------------------------------------- read
+    def _arm(self) -> None:
+        """Start a receive into the reader's buffer; its CQE feeds the reader
+        (data, EOF or the error) and wakes its waiter, maybe before this returns."""
+        op = self._recv_op
+        if op is None or self._closing:
+            if self._closing:
+                assert self._reader is not None
+                self._reader.feed_eof()  # closed under the reader: end of stream
+                return
+            # Not zeroed: the kernel touches only the pages it fills, so
+            # many idle connections cost address space, not memory.
+            chunk = self._chunk = _alloc(_CHARS, _CHUNK)
+            if self._is_socket:
+                args = (_RECV, self._fd, chunk, _CHUNK, 0, 0)
+            else:
+                args = (_READ, self._fd, chunk, _CHUNK, -1, 0)
+            op = self._recv_op = Op(None, _PREP_RW, args, None, None, _POLLIN)
+            op.unbounded = True
+            op.sink = self._received
+        self._armed = True
+        self._inflight += 1
+        try:
+            self._ring.restart(self._loop, op)
+        except BaseException as exc:
+            if op.state == _OP_WAITING:  # it never reached the kernel
+                self._armed = False
+                self._inflight -= 1
+            if isinstance(exc, OSError):
+                self.abort()
+            raise
+
+    def _received(self, res: int) -> None:
+        """The CQE of the receive into the reader's buffer (the ring's sink)."""
+        self._armed = False
+        self._inflight -= 1
+        reader = self._reader
+        assert reader is not None
+        if res > 0:
+            reader._buffer.extend(ffi.buffer(self._chunk, res))  # feed_data, less a transport's needs
+            waiter = reader._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+        elif res == 0 or (res == -_ECANCELED and self._closing):
+            reader.feed_eof()  # (closed under the read: end of stream, as asyncio's reader sees it)
+        else:
+            reader.set_exception(os_error(res))
+            self.abort()  # as asyncio's transport closes on a read error
+        if self._closing and not self._inflight and not self._pending:
+            self._finish_close()
+
     async def receive(self, ptr: Any, n: int, keep: Any, flags: int = 0) -> int:
         """One receive of at most n bytes into ptr; 0 at EOF or once closing.
 
@@ -241,28 +281,37 @@ class _Channel:
     # ---------------------------------------------------------------- write
     def write(self, data: Any) -> None:
         if type(data) is not bytes:
-            try:
-                view = memoryview(data)
-            except TypeError:
-                raise TypeError("data argument must be a bytes-like object, "
-                                f"not {type(data).__name__!r}") from None
-            # The caller may change its buffer once write() returns: send a copy.
-            data = self._copy(view) if view.nbytes >= _POOL_MIN else bytes(view)
-        if self._eof_wanted:
-            raise RuntimeError("Cannot call write() after write_eof()")
-        if self._write_exc is not None:
-            exc = self._write_exc
-            raise type(exc)(exc.errno, exc.strerror)
-        if not data or self._closing:
-            return  # dropped, as asyncio's transport drops them once its buffer is empty
+            data = self._frozen(data)
+        if self._eof_wanted or self._write_exc is not None or self._closing or not data:
+            self._refuse()
+            return
         self._pending.append(data)
         self._pending_size += len(data)
-        self._queued_total += len(data)
         if self._send_op is None and not self._send_soon:
             # Writes of this loop iteration leave together, at its end or at
             # drain(), whichever comes first: one (vectored) send for them all.
             self._send_soon = True
             self._ring.defer(self._send_now)
+
+    def _frozen(self, data: Any) -> Any:
+        """What write() sends of a buffer that is not bytes: a copy, since the
+        caller may change its buffer once write() returns."""
+        try:
+            view = memoryview(data)
+        except TypeError:
+            raise TypeError("data argument must be a bytes-like object, "
+                            f"not {type(data).__name__!r}") from None
+        return self._copy(view) if view.nbytes >= _POOL_MIN else bytes(view)
+
+    def _refuse(self) -> None:
+        """write() after write_eof() or a failed send raises, as asyncio's;
+        after close(), or of nothing, it does nothing."""
+        if self._eof_wanted:
+            raise RuntimeError("Cannot call write() after write_eof()")
+        if self._write_exc is not None:
+            exc = self._write_exc
+            raise type(exc)(exc.errno, exc.strerror)
+        # Dropped, as asyncio's transport drops them once its buffer is empty.
 
     def _copy(self, view: memoryview) -> Any:
         """A copy of a large buffer, in memory this channel reuses: a fresh
@@ -274,7 +323,7 @@ class _Channel:
         else:
             spare = _alloc(_CHARS, n)
         ffi.memmove(spare, view, n)
-        self._pooled.append((self._queued_total + n, spare))
+        self._pooled.append((self._sent_total + self._pending_size + n, spare))
         return ffi.buffer(spare, n)
 
     def _recycle(self) -> None:
@@ -323,15 +372,19 @@ class _Channel:
                 joined = b"".join(pending)
                 pending.clear()
                 pending.append(joined)
+            op = self._send_op_obj
             if len(pending) == 1:
-                cbuf = _from_buffer(_CHARS, pending[0], False)
-                n = min(len(cbuf), MAX_RW)
+                data = pending[0]
+                if type(data) is not bytes:
+                    # (For bytes cffi passes a pointer to their own memory,
+                    # which stays put; op.args keeps them alive.)
+                    data = _from_buffer(_CHARS, data, False)
+                n = min(len(data), MAX_RW)
+                op.prep = _PREP_RW
                 if self._is_socket:
-                    args: tuple[Any, ...] = (_SEND, self._fd, cbuf, n, 0, _SEND_FLAGS)
+                    op.args = (_SEND, self._fd, data, n, 0, _SEND_FLAGS)
                 else:
-                    args = (_WRITE, self._fd, cbuf, n, -1, 0)
-                op = self._ring.start(self._loop, _PREP_RW, args, cbuf, None, _POLLOUT,
-                                      unbounded=True, sink=self._sink)
+                    op.args = (_WRITE, self._fd, data, n, -1, 0)
             else:
                 count = min(len(pending), _IOV_MAX)
                 iov = ffi.new("struct iovec[]", count)
@@ -343,67 +396,69 @@ class _Channel:
                     iov[i].iov_len = len(c)
                 if self._is_socket:
                     msg = ffi.new("char[]", _MSGHDR_SIZE)
-                    args = (_SENDMSG, self._fd, ffi.cast("struct msghdr *", msg), iov, count,
-                            ffi.NULL, 0, _SEND_FLAGS)
+                    op.prep = lib.aior_prep_msg
+                    op.args = (_SENDMSG, self._fd, ffi.cast("struct msghdr *", msg), iov, count,
+                               ffi.NULL, 0, _SEND_FLAGS)
                     self._send_keep = (msg, iov, exports)
-                    op = self._ring.start(self._loop, lib.aior_prep_msg, args, None, None, _POLLOUT,
-                                          unbounded=True, sink=self._sink)
                 else:
+                    op.prep = _PREP_RW
+                    op.args = (_WRITEV, self._fd, iov, count, -1, 0)
                     self._send_keep = (iov, exports)
-                    op = self._ring.start(self._loop, _PREP_RW, (_WRITEV, self._fd, iov, count, -1, 0),
-                                          None, None, _POLLOUT, unbounded=True, sink=self._sink)
+            # Counted before it starts: its CQE may come inside the submit call.
+            self._send_op = op
             self._inflight += 1
-            if op.future is None:
-                try:
-                    res = ready(op)
-                except OSError as exc:
-                    self._sent(exc)
-                else:
-                    self._sent(res)
-            else:
-                self._send_op = op
+            try:
+                self._ring.restart(self._loop, op)
+            except BaseException:
+                if op.state == _OP_WAITING:  # it never reached the kernel
+                    self._send_op = None
+                    self._inflight -= 1
+                    self._send_keep = None
+                raise
 
-    def _send_finished(self, res: int | OSError) -> None:
-        """The CQE of the send in flight (called by the ring as it harvests)."""
+    def _send_finished(self, res: int) -> None:
+        """The CQE of the send in flight (the ring's sink)."""
+        self._send_op_obj.args = ()  # (what it sent may be large)
         self._send_op = None
-        self._sent(res)
-        if self._pending and not self._send_soon:
-            self._send_soon = True
-            self._ring.defer(self._send_now)
-
-    def _sent(self, res: int | OSError) -> None:
         self._inflight -= 1
         self._send_keep = None
-        if isinstance(res, OSError):
+        if res >= 0:
+            if not self._aborted:  # (else the data was dropped already)
+                self._sent_total += res
+                if res == self._pending_size:
+                    self._pending.clear()  # the common case: all of it went
+                    self._pending_size = 0
+                else:
+                    pending = self._pending
+                    self._pending_size -= res
+                    while res:
+                        first = pending[0]
+                        if res >= len(first):
+                            res -= len(first)
+                            pending.popleft()
+                        else:
+                            pending[0] = memoryview(first)[res:]
+                            res = 0
+                if self._pooled:
+                    self._recycle()
+        else:
             self._pending.clear()
             self._pending_size = 0
             self._pooled.clear()
-            if not (res.errno == _ECANCELED and self._closing):
-                self._write_exc = res
+            if not (res == -_ECANCELED and self._closing):
+                self._write_exc = os_error(res)
                 if not self._closing:
                     self.abort()  # as asyncio's transport: a failed send ends the connection
-        elif self._aborted:
-            pass  # the data was dropped already
-        else:
-            pending = self._pending
-            self._pending_size -= res
-            self._sent_total += res
-            if self._pooled:
-                self._recycle()
-            while res:
-                first = pending[0]
-                if res >= len(first):
-                    res -= len(first)
-                    pending.popleft()
-                else:
-                    pending[0] = memoryview(first)[res:]
-                    res = 0
-        self._wake_drainers()
+        if self._drain_waiters:
+            self._wake_drainers()
         if not self._pending:
             if self._eof_wanted and self._write_exc is None and not self._closing:
                 self._shutdown()
             if self._closing and not self._inflight:
                 self._finish_close()
+        elif not self._send_soon:
+            self._send_soon = True
+            self._ring.defer(self._send_now)
 
     # ---------------------------------------------------------------- drain
     def _wake_drainers(self) -> None:
@@ -445,6 +500,9 @@ class _Channel:
         op = self._read_op
         if op is not None:
             self._ring.cancel(op)
+        if self._armed:
+            assert self._recv_op is not None
+            self._ring.cancel(self._recv_op)
         if self._send_op is None and self._pending:
             self._send()
         if not self._inflight and not self._pending:
@@ -496,11 +554,11 @@ class StreamReader(asyncio.StreamReader):
     _loop: asyncio.AbstractEventLoop
 
     _channel: _Channel | None = None
-    _chunk: Any = None  # the receive buffer, made at the first receive
     _busy: asyncio.Future[None] | None = None
 
     def _attach(self, channel: _Channel) -> None:
         self._channel = channel
+        channel._reader = self
         busy = self._loop.create_future()
         busy.cancel()  # a stand-in waiter: feed_data() never sets it
         self._busy = busy
@@ -518,24 +576,13 @@ class StreamReader(asyncio.StreamReader):
         if self._waiter is not None:
             raise RuntimeError(f"{func_name}() called while another coroutine is already "
                                "waiting for incoming data")
-        self._waiter = self._busy
+        waiter = self._waiter = self._loop.create_future()
         try:
-            chunk = self._chunk
-            if chunk is None:
-                # Not zeroed: the kernel touches only the pages it fills, so
-                # many idle connections cost address space, not memory.
-                chunk = self._chunk = _alloc(_CHARS, _CHUNK)
-            n = await channel.receive(chunk, _CHUNK, (chunk,))
-        except OSError as exc:
-            self._waiter = None
-            self.set_exception(exc)
-            raise
+            if not channel._armed:
+                channel._arm()
+            await waiter
         finally:
             self._waiter = None
-        if n:
-            self._buffer.extend(ffi.buffer(chunk, n))  # feed_data, less what a transport needs
-        else:
-            self.feed_eof()
 
     def feed_eof(self) -> None:
         super().feed_eof()
@@ -569,20 +616,23 @@ class StreamReader(asyncio.StreamReader):
         if not n:
             return 0
         buffered = self._buffer
-        if not buffered and not self._eof and (n < _READ_AHEAD or self._channel is None):
-            await self._wait_for_data("readinto")  # a small read: read ahead
+        channel = self._channel
+        if not buffered and not self._eof and (n < _READ_AHEAD or channel is None or channel._armed):
+            # A small read: read ahead.  (Or a receive into the buffer is out,
+            # started by a read that was cancelled: its bytes come first.)
+            await self._wait_for_data("readinto")
         if buffered:
             k = min(n, len(buffered))
             with memoryview(buffered) as m:
                 view[:k] = m[:k]
             del buffered[:k]
             return k
-        if self._eof or self._channel is None:
+        if self._eof or channel is None:
             return 0
         self._begin("readinto")
         cbuf = _from_buffer(_CHARS, view, True)  # the ring releases it at the CQE
         try:
-            got = await self._channel.receive(cbuf, n, cbuf)
+            got = await channel.receive(cbuf, n, cbuf)
         except OSError as exc:
             self._waiter = None
             self.set_exception(exc)
@@ -600,8 +650,36 @@ class StreamReader(asyncio.StreamReader):
         Buffered bytes are copied first; the rest is received straight into
         `buf`.  If the task is cancelled, the bytes already received go back
         in front of the buffer: the next read returns them."""
-        if type(buf) is bytearray and len(buf) < _READ_AHEAD:
-            return await self._readinto_exactly(buf)  # no view to let go of
+        kind = type(buf)
+        if kind is bytearray or (kind is memoryview and buf.format == "B" and buf.ndim == 1
+                                 and buf.c_contiguous and not buf.readonly):
+            n = len(buf)
+            if n < _READ_AHEAD:
+                # A small read (a frame's header, say): read ahead into the
+                # buffer as readexactly does, so that one receive also brings
+                # what follows.  (_readinto_exactly's, inlined: the hot path.)
+                if self._exception is not None:
+                    raise self._exception
+                buffered = self._buffer
+                channel = self._channel
+                while len(buffered) < n:
+                    if self._eof:
+                        partial = bytes(buffered)
+                        buffered.clear()
+                        raise asyncio.IncompleteReadError(partial, n)
+                    if channel is None or self._waiter is not None:
+                        await self._wait_for_data("readinto_exactly")
+                        continue
+                    waiter = self._waiter = self._loop.create_future()
+                    try:
+                        if not channel._armed:
+                            channel._arm()
+                        await waiter
+                    finally:
+                        self._waiter = None
+                buf[:] = buffered[:n]  # same length: a bytearray is not resized
+                del buffered[:n]
+                return n
         view = _buffer_view(buf, "readinto_exactly")
         try:
             return await self._readinto_exactly(view)
@@ -641,6 +719,23 @@ class StreamReader(asyncio.StreamReader):
         done = k
         try:
             while done < n:
+                if channel._armed:
+                    # A receive into the buffer is out, started by a read that
+                    # was cancelled: its bytes come first.
+                    waiter = self._waiter = self._loop.create_future()
+                    try:
+                        await waiter
+                    finally:
+                        self._waiter = self._busy
+                    k = min(n - done, len(buffered))
+                    if k:
+                        with memoryview(buffered) as m:
+                            view[done:done + k] = m[:k]
+                        del buffered[:k]
+                        done += k
+                    if self._eof:
+                        break
+                    continue
                 # One export per receive: the ring owns it until the CQE.
                 part = _from_buffer(_CHARS, view[done:], True)
                 got = await channel.receive(part, n - done, part, _WAITALL)
@@ -680,6 +775,8 @@ class StreamWriter:
         self._transport = channel
         self._reader = reader
         self._loop = loop
+        # The channel's own method, without a call in between: the hot path.
+        self.write = channel.write  # type: ignore[method-assign]
 
     def __repr__(self) -> str:
         info = [self.__class__.__name__, f"transport={self._transport!r}"]
@@ -719,18 +816,11 @@ class StreamWriter:
         """Wait until the buffered data fell to the low water mark; raise the
         error that ended the connection, as asyncio's drain does."""
         reader = self._reader
-        if reader is not None:
-            exc = reader.exception()
-            if exc is not None:
-                raise exc
+        if reader is not None and reader._exception is not None:
+            raise reader._exception
         channel = self._transport
-        if channel._write_exc is None and not channel._closing:
-            # The common case, without a second coroutine: send, and return
-            # unless above the high water mark.
-            if channel._send_op is None and channel._pending:
-                channel._send()
-            if channel._pending_size <= channel._high and channel._write_exc is None:
-                return
+        if channel._pending_size <= channel._high and channel._write_exc is None and not channel._closing:
+            return  # the common case, without a second coroutine; the iteration's flush sends
         await channel.drain()
 
 

@@ -512,6 +512,29 @@ async def test_a_cancelled_readinto_exactly_puts_its_bytes_back(socks):
     await _close(writer)
 
 
+@pytest.mark.parametrize("impl,read", [("aioring", "readexactly"), ("aioring", "readinto_exactly"),
+                                       ("asyncio", "readexactly")])
+async def test_a_read_cancelled_after_bytes_arrived_leaves_them_buffered(socks, impl, read):
+    """Bytes that reached the reader while its task waited for more stay in
+    the buffer when the task is cancelled: the next read returns them."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await _streams(impl, a)
+    if read == "readexactly":
+        task = asyncio.ensure_future(reader.readexactly(8))
+    else:
+        task = asyncio.ensure_future(reader.readinto_exactly(bytearray(8)))
+    await asyncio.sleep(0)
+    b.sendall(b"abc")
+    while len(reader._buffer) < 3:  # arrived; the task waits for the rest
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    b.sendall(b"defgh")
+    assert await reader.readexactly(8) == b"abcdefgh"
+    await _close(writer)
+
+
 # ----------------------------------------------------- incomplete reads
 @pytest.mark.parametrize("arrival", ["nothing", "buffered", "received", "both"])
 @pytest.mark.parametrize("impl", IMPLS)
