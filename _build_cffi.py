@@ -24,6 +24,7 @@ MODULE_NAME = "aioring._liburing"
 # C source: includes, constants newer than liburing 2.3, hot-path helpers.
 # --------------------------------------------------------------------------
 C_SOURCE = r"""
+#define _GNU_SOURCE /* accept4, splice, renameat2, statx */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -32,6 +33,9 @@ C_SOURCE = r"""
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <liburing.h>
 
 /* Opcodes newer than liburing 2.3's enum (the probe says whether the kernel
@@ -433,6 +437,205 @@ static int aior_ring_fd(struct io_uring *ring)
 {
     return ring->ring_fd;
 }
+
+/* The fallback backend (no io_uring, or an opcode the kernel lacks) makes
+   the same requests as plain system calls: one function per prep function,
+   with its arguments less the ring and the tag, returning what the CQE
+   would carry (a count, or -errno).  They run in a worker thread (cffi
+   releases the GIL), or in the loop's thread when they cannot block.
+
+   A worker's call is cancelled as io_uring cancels a blocked request: by a
+   signal to the thread (aior_stop_request).  Its handler sets aior_stop only
+   if the signal names the request the thread is making (aior_begin), so a
+   late signal never stops the next request; a call interrupted then returns
+   -ECANCELED.  A signal that comes just before the call blocks is not seen
+   by it: the canceller sends it again until the request is done. */
+static __thread volatile sig_atomic_t aior_request;
+static __thread volatile sig_atomic_t aior_stop;
+
+static void aior_on_stop_signal(int sig, siginfo_t *info, void *context)
+{
+    (void)sig;
+    (void)context;
+    if (info->si_value.sival_int == aior_request)
+        aior_stop = 1;
+}
+
+/* Install the handler of the cancellation signal (no SA_RESTART). */
+static int aior_stop_signal_setup(int sig)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = aior_on_stop_signal;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(sig, &sa, NULL) < 0 ? -errno : 0;
+}
+
+static void aior_begin(int request)
+{
+    aior_stop = 0;
+    aior_request = request;
+}
+
+static void aior_end(void)
+{
+    aior_request = 0;
+}
+
+static int aior_stop_request(unsigned long thread, int sig, int request)
+{
+    union sigval value;
+
+    value.sival_int = request;
+    return -pthread_sigqueue((pthread_t)thread, sig, value);
+}
+
+#define AIOR_SYSCALL(expr) \
+    do { \
+        ssize_t r_; \
+        do { \
+            if (aior_stop) \
+                return -ECANCELED; \
+            r_ = (expr); \
+        } while (r_ < 0 && errno == EINTR && !aior_stop); \
+        if (r_ < 0 && errno == EINTR) \
+            return -ECANCELED; \
+        return r_ < 0 ? -errno : (int)r_; \
+    } while (0)
+
+static int aior_sync_rw(int op, int fd, void *addr, unsigned len, int64_t off,
+                        unsigned op_flags)
+{
+    switch (op) {
+    case IORING_OP_READ:
+        AIOR_SYSCALL(off == -1 ? read(fd, addr, len) : pread(fd, addr, len, off));
+    case IORING_OP_WRITE:
+        AIOR_SYSCALL(off == -1 ? write(fd, addr, len) : pwrite(fd, addr, len, off));
+    case IORING_OP_READV:
+        AIOR_SYSCALL(off == -1 ? readv(fd, addr, (int)len) : preadv(fd, addr, (int)len, off));
+    case IORING_OP_WRITEV:
+        AIOR_SYSCALL(off == -1 ? writev(fd, addr, (int)len) : pwritev(fd, addr, (int)len, off));
+    case IORING_OP_RECV:
+        AIOR_SYSCALL(recv(fd, addr, len, (int)op_flags));
+    case IORING_OP_SEND:
+        AIOR_SYSCALL(send(fd, addr, len, (int)op_flags));
+    case IORING_OP_FSYNC:
+        AIOR_SYSCALL((op_flags & IORING_FSYNC_DATASYNC) ? fdatasync(fd) : fsync(fd));
+    case AIOR_OP_FTRUNCATE:
+        AIOR_SYSCALL(ftruncate(fd, off));
+    default:
+        return -EINVAL;
+    }
+}
+
+static int aior_sync_openat(int dfd, const char *path, int flags, unsigned mode)
+{
+    AIOR_SYSCALL(openat(dfd, path, flags, mode));
+}
+
+static int aior_sync_close(int fd)
+{
+    /* No retry: after EINTR the fd is gone all the same on Linux. */
+    return close(fd) < 0 ? -errno : 0;
+}
+
+static int aior_sync_statx(int dfd, const char *path, int flags, unsigned mask,
+                           struct statx *buf)
+{
+    AIOR_SYSCALL(statx(dfd, path, flags, mask, buf));
+}
+
+static int aior_sync_unlinkat(int dfd, const char *path, int flags)
+{
+    AIOR_SYSCALL(unlinkat(dfd, path, flags));
+}
+
+static int aior_sync_renameat(int olddfd, const char *oldpath, int newdfd,
+                              const char *newpath, unsigned flags)
+{
+    AIOR_SYSCALL(renameat2(olddfd, oldpath, newdfd, newpath, flags));
+}
+
+static int aior_sync_mkdirat(int dfd, const char *path, unsigned mode)
+{
+    AIOR_SYSCALL(mkdirat(dfd, path, mode));
+}
+
+static int aior_sync_linkat(int olddfd, const char *oldpath, int newdfd,
+                            const char *newpath, int flags)
+{
+    AIOR_SYSCALL(linkat(olddfd, oldpath, newdfd, newpath, flags));
+}
+
+static int aior_sync_symlinkat(const char *target, int newdfd, const char *linkpath)
+{
+    AIOR_SYSCALL(symlinkat(target, newdfd, linkpath));
+}
+
+static int aior_sync_fallocate(int fd, int mode, int64_t offset, int64_t len)
+{
+    AIOR_SYSCALL(fallocate(fd, mode, offset, len));
+}
+
+static int aior_sync_accept(int fd, struct sockaddr *addr, socklen_t *addrlen,
+                            int flags)
+{
+    AIOR_SYSCALL(accept4(fd, addr, addrlen, flags));
+}
+
+static int aior_sync_connect(int fd, const struct sockaddr *addr, unsigned addrlen)
+{
+    /* Not retried: connect after EINTR goes on in the background. */
+    if (aior_stop)
+        return -ECANCELED;
+    if (connect(fd, addr, addrlen) < 0)
+        return errno == EINTR && aior_stop ? -ECANCELED : -errno;
+    return 0;
+}
+
+static int aior_sync_msg(int op, int fd, struct msghdr *msg, struct iovec *iov,
+                         unsigned n, void *name, unsigned namelen, unsigned flags)
+{
+    memset(msg, 0, sizeof(*msg));
+    msg->msg_name = name;
+    msg->msg_namelen = namelen;
+    msg->msg_iov = iov;
+    msg->msg_iovlen = n;
+    if (op == IORING_OP_SENDMSG)
+        AIOR_SYSCALL(sendmsg(fd, msg, (int)flags));
+    AIOR_SYSCALL(recvmsg(fd, msg, (int)flags));
+}
+
+static int aior_sync_splice(int fd_in, int64_t off_in, int fd_out, int64_t off_out,
+                            unsigned nbytes, unsigned splice_flags, unsigned sqe_flags)
+{
+    loff_t in = off_in, out = off_out;
+
+    (void)sqe_flags;
+    AIOR_SYSCALL(splice(fd_in, off_in == -1 ? NULL : &in, fd_out,
+                        off_out == -1 ? NULL : &out, nbytes, splice_flags));
+}
+
+static int aior_sync_shutdown(int fd, int how)
+{
+    return shutdown(fd, how) < 0 ? -errno : 0;
+}
+
+/* Whether a request on fd may block: not when the fd is non-blocking and
+   is neither a regular file nor a block device (which ignore O_NONBLOCK). */
+static int aior_fd_may_block(int fd)
+{
+    struct stat st;
+    int fl = fcntl(fd, F_GETFL);
+
+    if (fl < 0 || !(fl & O_NONBLOCK))
+        return 1;
+    if (fstat(fd, &st) < 0)
+        return 1;
+    return S_ISREG(st.st_mode) || S_ISBLK(st.st_mode);
+}
 """
 
 # --------------------------------------------------------------------------
@@ -517,6 +720,31 @@ int aior_submit_reap(struct io_uring *ring, uint64_t *ud, int32_t *res,
 int aior_wait(struct io_uring *ring);
 unsigned aior_sq_pending(struct io_uring *ring);
 int aior_ring_fd(struct io_uring *ring);
+
+/* functions: the fallback's system calls, one per prep function */
+int aior_sync_rw(int op, int fd, void *addr, unsigned len, int64_t off, unsigned op_flags);
+int aior_sync_openat(int dfd, const char *path, int flags, unsigned mode);
+int aior_sync_close(int fd);
+int aior_sync_statx(int dfd, const char *path, int flags, unsigned mask, struct statx *buf);
+int aior_sync_unlinkat(int dfd, const char *path, int flags);
+int aior_sync_renameat(int olddfd, const char *oldpath, int newdfd, const char *newpath,
+                       unsigned flags);
+int aior_sync_mkdirat(int dfd, const char *path, unsigned mode);
+int aior_sync_linkat(int olddfd, const char *oldpath, int newdfd, const char *newpath, int flags);
+int aior_sync_symlinkat(const char *target, int newdfd, const char *linkpath);
+int aior_sync_fallocate(int fd, int mode, int64_t offset, int64_t len);
+int aior_sync_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags);
+int aior_sync_connect(int fd, const struct sockaddr *addr, unsigned addrlen);
+int aior_sync_msg(int op, int fd, struct msghdr *msg, struct iovec *iov, unsigned n,
+                  void *name, unsigned namelen, unsigned flags);
+int aior_sync_splice(int fd_in, int64_t off_in, int fd_out, int64_t off_out, unsigned nbytes,
+                     unsigned splice_flags, unsigned sqe_flags);
+int aior_sync_shutdown(int fd, int how);
+int aior_fd_may_block(int fd);
+int aior_stop_signal_setup(int sig);
+void aior_begin(int request);
+void aior_end(void);
+int aior_stop_request(unsigned long thread, int sig, int request);
 
 /* constants: opcodes */
 #define IORING_OP_NOP ...

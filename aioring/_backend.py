@@ -3,36 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 
-from ._liburing import ffi, lib
-from ._ring import get_ring, os_error
+from ._ring import chosen_backend, get_ring
 
 __all__ = ["backend", "statistics"]
 
 
-@functools.cache
-def _io_uring_error() -> OSError | None:
-    """Set up and tear down a tiny ring once: None when io_uring works here."""
-    ring = ffi.new("struct io_uring *")
-    out = ffi.new("unsigned[3]")
-    ret = lib.aior_setup(ring, 2, 0, 0, out, out + 1, out + 2)
-    if ret < 0:
-        return os_error(ret)
-    lib.io_uring_queue_exit(ring)
-    return None
-
-
 def backend() -> str:
-    """The backend that serves aioring's operations in this process: "io_uring".
+    """The backend that serves aioring's operations in this process:
+    "io_uring", or "threads" where the kernel refuses io_uring (then a
+    RuntimeWarning said so once) or AIORING_BACKEND=threads asks for it.
 
-    Raises the OSError that io_uring_setup returned when the kernel refuses
-    io_uring (ENOSYS, EPERM under a seccomp profile, ...).
+    Chosen once per process, at the first call or the first operation.
+    Raises OSError when AIORING_BACKEND=io_uring and io_uring is not
+    available, ValueError for another value of AIORING_BACKEND.
     """
-    error = _io_uring_error()
-    if error is not None:
-        raise error
-    return "io_uring"
+    return chosen_backend()
 
 
 def statistics() -> dict[str, int]:

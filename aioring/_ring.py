@@ -60,6 +60,7 @@ import errno
 import os
 import sys
 import threading
+import warnings
 import weakref
 from collections import deque
 from typing import Any
@@ -181,6 +182,30 @@ def _release(op: Op) -> None:
             ffi.release(keep)  # a tuple (several objects) is let go by dropping it
 
 
+def _forsake(op: Op) -> None:
+    """Fail the caller of `op`, whose system call a worker thread is still
+    making: unlike _release, leave what the kernel may touch to the worker,
+    which holds it until the call returns (see _threads.run_in_worker)."""
+    op.state = _DONE
+    op.res = -errno.ECANCELED
+    op.keep = None
+    if op.sink is not None:
+        try:
+            op.sink(op.res)
+        except RuntimeError:  # its loop is already closed
+            pass
+        return
+    for fut in (op.waiter, op.future):
+        if fut is not None and not fut.done():
+            try:
+                if fut is op.waiter:
+                    fut.set_result(None)
+                else:
+                    fut.cancel()
+            except RuntimeError:
+                pass
+
+
 def _swallow(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()  # retrieved: nothing is logged for it
@@ -238,13 +263,23 @@ class Ring:
             lib.io_uring_queue_exit(self._ring)
             os.close(self._efd)
             raise
+        # Opcodes this kernel lacks are made as plain system calls instead,
+        # one request at a time (see _emulate); the rest of the ring is used.
+        from ._threads import EMULATED
+        self._lacking = EMULATED - self._supported
+        self._init_table(loop, self.cq_entries)
+        self._emulated: dict[int, int] = {}  # key -> worker request, of requests made by _emulate
+        loop.add_reader(self._efd, self._on_wakeup)
+
+    def _init_table(self, loop: asyncio.AbstractEventLoop, cap: int) -> None:
+        """The in-flight table, the queues and the harvest arrays."""
         self._closed = False
         self._pid = os.getpid()
         self._thread = threading.get_ident()
         self._loop_ref = weakref.ref(loop)
         self._ops: dict[int, Op] = {}
         self._waiting: deque[Op] = deque()
-        self._limit = self.cq_entries
+        self._limit = cap
         self._unbounded = 0  # unbounded ops in self._ops
         self._deferred: list[Callable[[], None]] = []
         self._next_key = 1
@@ -252,7 +287,6 @@ class Ring:
         self._eager_task: asyncio.Task[Any] | None = None
         self._eager_left = 0
         self._solo = True
-        cap = self.cq_entries
         self._cap = cap
         self._ud = ffi.new("uint64_t[]", cap)
         self._res = ffi.new("int32_t[]", cap)
@@ -260,7 +294,6 @@ class Ring:
         self._submitted = ffi.new("int *")
         self.stats = {"submit_calls": 0, "wakeups": 0, "completions": 0, "backpressured": 0,
                       "cancels": 0}
-        loop.add_reader(self._efd, self._on_wakeup)
 
     # ------------------------------------------------------------------ info
     @property
@@ -319,6 +352,8 @@ class Ring:
         which holds what the kernel may touch (op.args holds the rest)."""
         if self._closed:
             raise RuntimeError("this io_uring is closed")
+        if self._lacking and self._emulate(loop, op):
+            return
         key = self._next_key
         self._next_key = key + 1
         if op.prep(self._ring, *op.args, key) == _EBUSY and not self._prep_after_submit(op, key):
@@ -350,6 +385,9 @@ class Ring:
             self._waiting.append(op)
             self.stats["backpressured"] += 1
             self._schedule_flush(loop)
+            return op
+        if self._lacking and self._emulate(loop, op):
+            op.future = loop.create_future()
             return op
         key = self._next_key
         self._next_key = key + 1
@@ -410,6 +448,10 @@ class Ring:
         """Prepare the SQE of a waiting op (first try, or again after a poll).
 
         False when the kernel takes no SQE now; the op stays waiting."""
+        if self._lacking and not op.polling:
+            loop = self._loop_ref()
+            if loop is not None and self._emulate(loop, op):
+                return True
         key = self._new_key()
         if self._prep_sqe(op, key) == _EBUSY and not self._prep_after_submit(op, key):
             return False
@@ -419,6 +461,36 @@ class Ring:
         if op.unbounded:
             self._unbounded += 1
         return True
+
+    def _emulate(self, loop: asyncio.AbstractEventLoop, op: Op) -> bool:
+        """Make `op` as a plain system call in a worker thread if the kernel
+        lacks its opcode; False if it has it.  The result comes back through
+        the in-flight table like a CQE (so cancelling waits for it)."""
+        from ._threads import opcode_of, run_in_worker
+        if opcode_of(op) not in self._lacking:
+            return False
+
+        def done(res: int) -> None:  # in the worker
+            loop.call_soon_threadsafe(self._emulated_done, key, res)
+
+        key = self._new_key()
+        op.key = key
+        op.state = _SUBMITTED
+        self._ops[key] = op
+        if op.unbounded:
+            self._unbounded += 1
+        self._emulated[key] = run_in_worker(op, done)
+        return True
+
+    def _emulated_done(self, key: int, res: int) -> None:
+        self._emulated.pop(key, None)
+        if self._closed:
+            return
+        self._ud[0] = key
+        self._res[0] = res
+        self._complete(1)
+        if self._waiting:
+            self._schedule_flush()
 
     def _prep_sqe(self, op: Op, key: int) -> int:
         if op.polling:
@@ -641,6 +713,13 @@ class Ring:
     def _cancel(self, target: int) -> None:
         if self._closed:
             return  # closing cancelled everything already
+        request = self._emulated.get(target)
+        if request is not None:
+            from ._threads import stop_in_worker
+            loop = self._loop_ref()
+            if loop is not None:
+                stop_in_worker(loop, request, lambda: not self._closed and target in self._emulated)
+            return
         if not self._prep_cancel(target):
             # The kernel takes no SQE now: ask again next iteration.
             loop = self._loop_ref()
@@ -685,6 +764,14 @@ class Ring:
             op = self._waiting.popleft()
             if op.state == _WAITING:
                 self._drop(op, -errno.ECANCELED)
+        if self._emulated:
+            from ._threads import _workers
+            for key, request in self._emulated.items():
+                # A worker thread makes it: no CQE will come.  Its caller sees
+                # CancelledError; the worker keeps what it touches till it returns.
+                _workers().stop(request)
+                _forsake(self._ops.pop(key))
+        self._emulated.clear()
         drained = True
         for key, op in list(self._ops.items()):
             while drained and op is not _CANCEL and not self._prep_cancel(key):
@@ -799,6 +886,66 @@ _rings: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Ring] = weakref.Wea
 _last: Ring | None = None  # the ring found last: one attribute check on the hot path
 
 
+# The backend of this process, chosen at its first ring: "io_uring", or
+# "threads" (see _threads) where the kernel refuses io_uring, or as the
+# AIORING_BACKEND environment variable says.
+_backend: str | None = None
+_backend_lock = threading.Lock()
+_BACKENDS = ("io_uring", "threads")
+
+
+def chosen_backend() -> str:
+    """The backend of this process: chosen once, at the first call."""
+    global _backend
+    if _backend is None:
+        with _backend_lock:
+            if _backend is None:
+                _backend = _choose_backend()
+    return _backend
+
+
+def _choose_backend() -> str:
+    wanted = os.environ.get("AIORING_BACKEND", "").strip().lower()
+    if wanted and wanted not in _BACKENDS:
+        raise ValueError(f"AIORING_BACKEND must be 'io_uring' or 'threads', not {wanted!r}")
+    if wanted == "threads":
+        return "threads"
+    error = _setup_error()
+    if error is None:
+        return "io_uring"
+    if wanted == "io_uring" or error.errno in (errno.EMFILE, errno.ENFILE):
+        # Asked for, or out of fds for now: that is no reason to settle for threads.
+        raise OSError(error.errno, f"io_uring is not available: {error.strerror}")
+    warnings.warn(f"aioring: io_uring is not available here ({error.strerror}, errno "
+                  f"{errno.errorcode.get(error.errno or 0, error.errno)}); file, socket and pipe "
+                  "I/O goes through threads and the event loop instead (AIORING_BACKEND=threads "
+                  "says so without this warning)", RuntimeWarning, stacklevel=4)
+    return "threads"
+
+
+def _setup_error() -> OSError | None:
+    """Set up and tear down a tiny ring: None when io_uring works here as a
+    Ring needs it, else why not."""
+    ring = ffi.new("struct io_uring *")
+    out = ffi.new("unsigned[3]")
+    ret = lib.aior_setup(ring, 2, 0, 0, out, out + 1, out + 2)
+    if ret < 0:
+        return os_error(ret)
+    try:
+        if not out[0] & lib.IORING_FEAT_NODROP:
+            return OSError(errno.ENOSYS, "io_uring without IORING_FEAT_NODROP (kernel before 5.5)")
+        supported = ffi.new("unsigned char[256]")
+        n = lib.aior_probe(ring, supported, 256)
+        if n < 0:
+            return os_error(n)
+        missing = [name for name, op in _REQUIRED_OPS.items() if op >= n or not supported[op]]
+        if missing:
+            return OSError(errno.ENOSYS, "io_uring lacks required opcodes: " + ", ".join(missing))
+        return None
+    finally:
+        lib.io_uring_queue_exit(ring)
+
+
 def get_ring(loop: asyncio.AbstractEventLoop | None = None, *, entries: int | None = None) -> Ring:
     """The ring of `loop` (default: the running loop), made on first use.
 
@@ -818,7 +965,11 @@ def get_ring(loop: asyncio.AbstractEventLoop | None = None, *, entries: int | No
             if ring is None or ring._closed:
                 if loop.is_closed():
                     raise RuntimeError("Event loop is closed")
-                ring = Ring(loop, DEFAULT_ENTRIES if entries is None else entries)
+                if chosen_backend() == "threads":
+                    from ._threads import ThreadRing
+                    ring = ThreadRing(loop, DEFAULT_ENTRIES if entries is None else entries)
+                else:
+                    ring = Ring(loop, DEFAULT_ENTRIES if entries is None else entries)
                 _rings[loop] = ring
                 _wrap_loop_close(loop)
     _last = ring

@@ -445,7 +445,7 @@ class _Channel:
             self._pending.clear()
             self._pending_size = 0
             self._pooled.clear()
-            if not (res == -_ECANCELED and self._closing):
+            if not (res == -_ECANCELED and (self._closing or self._aborted)):
                 self._write_exc = os_error(res)
                 if not self._closing:
                     self.abort()  # as asyncio's transport: a failed send ends the connection

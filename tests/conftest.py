@@ -1,5 +1,7 @@
-"""Every async test runs on asyncio's default loop and on uvloop, and fails if
-the loop's exception handler is called when the test did not ask for it."""
+"""Every async test runs on asyncio's default loop and on uvloop, and every
+test on both backends (io_uring, and the thread-pool fallback), unless marked
+``backends(...)``; a test fails if the loop's exception handler is called
+when the test did not ask for it."""
 
 from __future__ import annotations
 
@@ -14,10 +16,29 @@ from typing import Any
 import pytest
 import uvloop
 
+from aioring import _ring
+
 LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.SelectorEventLoop,
     "uvloop": uvloop.new_event_loop,
 }
+
+BACKENDS = ("io_uring", "threads")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "aioring_backend" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("backends")
+        metafunc.parametrize("aioring_backend", marker.args if marker else BACKENDS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def aioring_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The backend of the rings the test makes ("io_uring" or "threads")."""
+    name: str = request.param
+    monkeypatch.setattr(_ring, "_backend", name)
+    return name
+
 
 # Every call of any test loop's exception handler lands here.
 _loop_errors: list[dict[str, Any]] = []
