@@ -1,4 +1,5 @@
-"""Run aiofiles' own test suite against aioring, on asyncio's loop and on uvloop.
+"""Run aiofiles' own test suite against aioring, on asyncio's loop and on uvloop,
+once on each backend (io_uring, threads).
 
 The suite ships in aiofiles' sdist (25.1.0).  It is downloaded once into
 .cache/, checked against its pinned SHA-256, unpacked into build/, and every
@@ -80,7 +81,12 @@ def main() -> int:
     if os.geteuid() == 0:
         deselect += ["--deselect", "tests/test_os.py::test_access"]
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *deselect, *sys.argv[1:], "tests"]
-    return subprocess.run(cmd, cwd=WORK).returncode
+    for backend in ("io_uring", "threads"):  # once on each backend
+        print(f"aiofiles' suite on aioring's {backend} backend", flush=True)
+        ret = subprocess.run(cmd, cwd=WORK, env={**os.environ, "AIORING_BACKEND": backend}).returncode
+        if ret:
+            return ret
+    return 0
 
 
 if __name__ == "__main__":

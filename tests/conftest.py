@@ -24,18 +24,26 @@ LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
 }
 
 BACKENDS = ("io_uring", "threads")
+# AIORING_TEST_BACKEND=auto: run each test once, on the backend aioring
+# chooses by itself (a child process where io_uring is refused uses this).
+_AUTO = os.environ.get("AIORING_TEST_BACKEND") == "auto"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "aioring_backend" in metafunc.fixturenames:
         marker = metafunc.definition.get_closest_marker("backends")
-        metafunc.parametrize("aioring_backend", marker.args if marker else BACKENDS, indirect=True)
+        names = marker.args if marker else BACKENDS
+        if _AUTO:
+            names = ("auto",) if "threads" in names else ()
+        metafunc.parametrize("aioring_backend", names, indirect=True)
 
 
 @pytest.fixture(autouse=True)
 def aioring_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The backend of the rings the test makes ("io_uring" or "threads")."""
     name: str = request.param
+    if name == "auto":
+        return _ring.chosen_backend()
     monkeypatch.setattr(_ring, "_backend", name)
     return name
 
