@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SOURCES := pyproject.toml setup.py _build_cffi.py
 
-.PHONY: test test-all lint bench system-deps clean
+.PHONY: test test-all soak lint bench system-deps clean
 
 test: lint
 	$(PY) -m pytest
@@ -27,6 +27,10 @@ test-all: system-deps
 	  ran="$$ran $$v"; \
 	done; \
 	echo "test-all: passed on$$ran"
+
+# The long soak (a million mixed operations per loop and backend; minutes).
+soak: $(VENV)/.installed-test
+	$(PY) -m pytest -m slow -s -v tests/test_soak.py
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check aioring tests benchmarks _build_cffi.py
