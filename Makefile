@@ -1,12 +1,13 @@
 # make test   set everything up on a fresh Debian machine, then run the tests
-# make bench  set everything up, then run the benchmark
+# make bench  set everything up, then run the framed echo benchmark (about two minutes)
+# make bench-all  the whole benchmark suite, results in benchmarks/results/
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SOURCES := pyproject.toml setup.py _build_cffi.py
 
-.PHONY: test test-all soak lint bench system-deps clean
+.PHONY: test test-all soak lint bench bench-all system-deps clean
 
 test: lint
 	$(PY) -m pytest
@@ -36,8 +37,21 @@ lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check aioring tests benchmarks _build_cffi.py
 	$(VENV)/bin/mypy
 
+# Prints a line per run, then the tables; writes benchmarks/results/framed_echo.json and .png.
 bench: $(VENV)/.installed-bench
-	$(PY) benchmarks/file_reads.py
+	$(PY) benchmarks/framed_echo.py
+
+BENCHMARKS := framed_echo file_reads sequential small_files pipes echo_rps aiofiles_ops
+
+# Every benchmark in turn, each writing benchmarks/results/<name>.json; one that fails
+# does not stop the others, but makes the target fail at the end.
+bench-all: $(VENV)/.installed-bench
+	@failed=""; \
+	for b in $(BENCHMARKS); do \
+	  echo "== benchmarks/$$b.py"; \
+	  $(PY) benchmarks/$$b.py --json benchmarks/results/$$b.json || failed="$$failed $$b"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "bench-all: failed:$$failed"; exit 1; fi
 
 # Debian packages the build needs and a fresh machine may lack.
 system-deps:

@@ -16,11 +16,12 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+import statistics
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
@@ -61,6 +62,26 @@ def preset_value(args: argparse.Namespace, preset: dict[str, Any], name: str) ->
     """The option `name` if it was given, else the preset's value."""
     value = getattr(args, name)
     return value if value is not None else preset[name]
+
+
+def add_run_options(parser: argparse.ArgumentParser, defaults: dict[str, Any], quick: dict[str, Any], *,
+                    quick_help: str, timeout: float, timeout_help: str = "",
+                    json_help: str = "write raw samples and medians here") -> None:
+    """The options every benchmark has: --repeat (a preset), --timeout, --quick and --json."""
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="runs per configuration, interleaved; the median is reported "
+                             f"(default {defaults['repeat']}, --quick {quick['repeat']})")
+    parser.add_argument("--timeout", type=float, default=timeout,
+                        help=f"seconds before a run is abandoned as hung (default {timeout:g})"
+                             + (f"; {timeout_help}" if timeout_help else ""))
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--json", type=Path, metavar="PATH", help=json_help)
+
+
+def presets(args: argparse.Namespace, defaults: dict[str, Any], quick: dict[str, Any]) -> dict[str, Any]:
+    """Every preset option: as given on the command line, else from `quick` (with --quick) or `defaults`."""
+    preset = quick if args.quick else defaults
+    return {name: preset_value(args, preset, name) for name in preset}
 
 
 # --------------------------------------------------------------- environment
@@ -131,6 +152,12 @@ def machine_info() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)),
     }
+
+
+def run_meta(backend: str, dists: Iterable[str]) -> dict[str, Any]:
+    """The start of a run's metadata: machine_info(), aioring's backend, versions, the checkout."""
+    return {**machine_info(), "aioring_backend": backend, "versions": {d: version(d) for d in dists},
+            "git": git_state()}
 
 
 def machine_line(meta: dict[str, Any]) -> str:
@@ -276,11 +303,177 @@ def run_in_new_loop(loop_name: str, coro_fn: Callable[[], Awaitable[Any]], timeo
             loop.close()
 
 
+def aioring_backend(aioring: ModuleType) -> str:
+    """aioring.backend(); exits with the reason if io_uring cannot be used at all."""
+    try:
+        backend: str = aioring.backend()
+    except OSError as exc:
+        sys.exit(f"error: io_uring is not available here: {exc}")
+    return backend
+
+
 def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+# ----------------------------------------------------------------- progress
+def clock_text(seconds: float) -> str:
+    """m:ss"""
+    whole = round(seconds)
+    return f"{whole // 60}:{whole % 60:02d}"
+
+
+class Progress:
+    """A line per run on stderr: '[n/N, m:ss elapsed, ~m:ss left] what ... result'.
+
+    `kinds` has one entry per planned run, in order (a frame size, a variant...).
+    The time left is the sum, over the runs not finished, of the mean time the
+    finished runs of the same kind took; for a kind none has finished yet, that
+    run's entry in `priors`, else the mean of all finished runs.  The elapsed time
+    counts from `started` (a time.perf_counter() value; default: now).
+    """
+
+    def __init__(self, kinds: Sequence[Hashable], priors: Sequence[float] | None = None,
+                 started: float | None = None) -> None:
+        self.kinds = list(kinds)
+        self.priors = list(priors) if priors is not None else None
+        self.times: dict[Hashable, list[float]] = {}
+        self.n = 0
+        self.run_t0 = time.perf_counter()
+        self.t0 = self.run_t0 if started is None else started
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def left(self) -> float | None:
+        """Estimated seconds until the last run ends, counting the current one from its start."""
+        finished = [t for times in self.times.values() for t in times]
+        total = 0.0
+        for i in range(self.n - 1 if self.n else 0, len(self.kinds)):
+            times = self.times.get(self.kinds[i])
+            if times:
+                total += sum(times) / len(times)
+            elif self.priors is not None:
+                total += self.priors[i]
+            elif finished:
+                total += sum(finished) / len(finished)
+            else:
+                return None
+        return total
+
+    def start(self, what: str) -> None:
+        """The next run begins: log its position, the time so far and the time left, and `what`."""
+        self.n += 1
+        self.run_t0 = time.perf_counter()
+        left = self.left()
+        width = len(str(len(self.kinds)))
+        log(f"[{self.n:>{width}}/{len(self.kinds)}, {clock_text(self.elapsed)} elapsed, "
+            f"~{clock_text(left) if left is not None else '?'} left] {what} ... ", end="")
+
+    def finish(self, result: str) -> None:
+        """The current run ended with `result` (one line)."""
+        log(result)
+        self.times.setdefault(self.kinds[self.n - 1], []).append(time.perf_counter() - self.run_t0)
+
+
 # ---------------------------------------------------------------- reporting
+class Run(Protocol):
+    """A sample of one measured run: what went wrong, if anything."""
+
+    error: str | None
+
+
+S = TypeVar("S", bound=Run)
+K = TypeVar("K", bound=Hashable)
+
+
+def median_rows(samples: Iterable[S], key: Callable[[S], K], head: Callable[[K, list[S]], dict[str, Any]],
+                names: Sequence[str], extra: Callable[[list[S]], dict[str, Any]] | None = None,
+                ) -> dict[K, dict[str, Any]]:
+    """One row per key(sample): head(key, samples), how many runs succeeded, the errors of
+    the others, and for each attribute in `names` its median over the successful runs
+    (with `name`_min and `name`_max), plus extra(successful runs) where there are any."""
+    groups: dict[K, list[S]] = {}
+    for s in samples:
+        groups.setdefault(key(s), []).append(s)
+    out: dict[K, dict[str, Any]] = {}
+    for k, group in groups.items():
+        ok = [s for s in group if s.error is None]
+        row = {**head(k, group), "runs": len(ok), "errors": [s.error for s in group if s.error]}
+        if ok:
+            for name in names:
+                values = [getattr(s, name) for s in ok]
+                row[name] = statistics.median(values)
+                row[f"{name}_min"], row[f"{name}_max"] = min(values), max(values)
+            if extra is not None:
+                row.update(extra(ok))
+        out[k] = row
+    return out
+
+
+def render(names: Sequence[str], rows: Sequence[Sequence[str]], left: int = 0,
+           groups: Sequence[tuple[str, int]] | None = None) -> str:
+    """A plain-text table: the first `left` columns left-aligned, the others right-aligned.
+
+    With `groups` ((title, number of columns), ... in order), a line of centred group
+    titles comes first and ' | ' separates the groups.
+    """
+    widths = [max([len(name), *(len(r[i]) for r in rows)]) for i, name in enumerate(names)]
+    spans = list(groups) if groups else [("", len(names))]
+
+    def line(cells: Sequence[str], gap: str = "  ", sep: str = " | ") -> str:
+        parts, col = [], 0
+        for _, count in spans:
+            parts.append(gap.join(c.ljust(w) if col + i < left else c.rjust(w)
+                                  for i, (c, w) in enumerate(zip(cells[col:col + count],
+                                                                 widths[col:col + count], strict=True))))
+            col += count
+        return sep.join(parts).rstrip()
+
+    out = []
+    if groups:
+        titles, col = [], 0
+        for title, count in spans:
+            titles.append(title.center(sum(widths[col:col + count]) + 2 * (count - 1)))
+            col += count
+        out.append(" | ".join(titles).rstrip())
+    out.append(line(names))
+    out.append(line(["-" * w for w in widths], gap="--", sep="-+-") if groups
+               else line(["-" * w for w in widths]))
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def load_note(samples: Sequence[Any], during: str) -> str | None:
+    """How much CPU other processes and the hypervisor took from the machine while
+    `samples` (with wall_s, other_cpu_s, steal_s) were timed; None without samples."""
+    wall = sum(s.wall_s for s in samples)
+    if not wall:
+        return None
+    other = sum(s.other_cpu_s for s in samples) / wall
+    steal = sum(s.steal_s for s in samples) / wall
+    line = (f"During {during} the rest of the machine (other processes) used {other:.2f} CPUs on average "
+            f"and the hypervisor stole {steal:.2f} CPUs (of {os.cpu_count()}).")
+    busy = [s for s in samples if s.wall_s and s.other_cpu_s / s.wall_s > 0.25]
+    if busy:
+        line += (f" {len(busy)} of {len(samples)} runs shared the machine with more than 0.25 CPUs "
+                 "of other work (other_cpu_s in the JSON).")
+    if other > 0.1 or steal > 0.05 or busy:
+        line += " Results are noisier than on an idle machine."
+    return line
+
+
+def print_failures(samples: Sequence[S], describe: Callable[[S], str]) -> bool:
+    """Print the runs that failed, one line each after describe(sample); True if any did."""
+    failed = [s for s in samples if s.error]
+    if failed:
+        print(f"FAILED runs: {len(failed)} of {len(samples)}")
+        for s in failed:
+            print(f"  {describe(s)}: {s.error}")
+    return bool(failed)
+
+
 def spread_note(rows: Iterable[tuple[Any, dict[str, Any]]], key: str,
                 describe: Callable[[Any], str]) -> str | None:
     """'max/min spread between repeats: 12% (<describe(row key)>)' of the row whose `key`
@@ -291,6 +484,19 @@ def spread_note(rows: Iterable[tuple[Any, dict[str, Any]]], key: str,
         return None
     worst, k = max(spread)
     return f"max/min spread between repeats: {worst:.0%} ({describe(k)})"
+
+
+def noise_notes(samples: Sequence[Any], during: str, rows: Iterable[tuple[Any, dict[str, Any]]], key: str,
+                describe: Callable[[Any], str]) -> list[str]:
+    """load_note() and spread_note(), the lines that say how far to trust the numbers."""
+    out = []
+    load = load_note(samples, during)
+    if load:
+        out.append(load)
+    spread = spread_note(rows, key, describe)
+    if spread:
+        out.append(f"Largest {spread}.")
+    return out
 
 
 def write_json(path: Path | None, results: dict[str, Any]) -> None:

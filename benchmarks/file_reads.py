@@ -28,19 +28,20 @@ import gc
 import os
 import random
 import re
-import statistics
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from benchlib import (
-    MIB, REPO, Meter, ensure_dir, error_text, iou_thread_cpu, log, machine_info, machine_line,
-    mem_available, mount_of, new_loop, open_fds, optional, parse_list, preset_value, require_space,
-    run_in_new_loop, spread_note, uvloop, version, warm_file, write_json, write_random,
+    MIB, REPO, Meter, Progress, add_run_options, aioring_backend, ensure_dir, error_text, iou_thread_cpu,
+    log, machine_line, median_rows, mem_available, mount_of, new_loop, noise_notes, open_fds, optional,
+    parse_list, presets, print_failures, render, require_space, run_in_new_loop, run_meta, uvloop,
+    warm_file, write_json, write_random,
 )
 
 try:
@@ -303,55 +304,26 @@ async def verify_aioring(path: Path, size: int, seed: int) -> None:
 
 
 # --------------------------------------------------------------- reporting
-def median_rows(samples: list[Sample]) -> dict[tuple[str, str, int], dict[str, Any]]:
-    groups: dict[tuple[str, str, int], list[Sample]] = {}
-    for s in samples:
-        groups.setdefault((s.variant, s.loop, s.tasks), []).append(s)
-    out: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for key, group in groups.items():
-        ok = [s for s in group if s.error is None]
-        row: dict[str, Any] = {"variant": key[0], "loop": key[1], "tasks": key[2],
-                               "runs": len(ok), "errors": [s.error for s in group if s.error]}
-        if ok:
-            rates = [s.ops_per_s for s in ok]
-            row.update(
-                ops=ok[0].ops,
-                ops_per_s=statistics.median(rates),
-                ops_per_s_min=min(rates),
-                ops_per_s_max=max(rates),
-                cpu_us_per_op=statistics.median(s.cpu_us_per_op for s in ok),
-                iou_cpu_us_per_op=statistics.median(s.iou_cpu_s / s.ops * 1e6 for s in ok),
-            )
-            for name in _COUNTERS:  # aioring.statistics() deltas
-                per_op = [s.extra[name] / s.ops for s in ok if name in s.extra]
-                if per_op:
-                    row[f"{name}_per_op"] = statistics.median(per_op)
-        out[key] = row
-    return out
+Key = tuple[str, str, int]  # variant, loop, tasks
 
 
-def render(header: list[tuple[str, list[str]]], rows: list[list[str]]) -> str:
-    """A plain-text table with grouped column headers."""
-    names = [name for _, cols in header for name in cols]
-    widths = [max(len(name), *(len(r[i]) for r in rows)) for i, name in enumerate(names)]
-    group_line, name_line, rule, col = [], [], [], 0
-    for group, cols in header:
-        w = sum(widths[col:col + len(cols)]) + 2 * (len(cols) - 1)
-        group_line.append(group.center(w))
-        name_line.append("  ".join(n.rjust(widths[col + i]) for i, n in enumerate(cols)))
-        rule.append("-" * w)
-        col += len(cols)
-    lines = [" | ".join(group_line), " | ".join(name_line), "-+-".join(rule)]
-    for r in rows:
-        cells, col = [], 0
-        for _, cols in header:
-            cells.append("  ".join(r[col + i].rjust(widths[col + i]) for i in range(len(cols))))
-            col += len(cols)
-        lines.append(" | ".join(cells))
-    return "\n".join(lines)
+def summarize(samples: list[Sample]) -> dict[Key, dict[str, Any]]:
+    def head(key: Key, group: list[Sample]) -> dict[str, Any]:
+        return {"variant": key[0], "loop": key[1], "tasks": key[2], "ops": group[0].ops}
+
+    def extra(ok: list[Sample]) -> dict[str, Any]:
+        row: dict[str, Any] = {"iou_cpu_us_per_op": median(s.iou_cpu_s / s.ops * 1e6 for s in ok)}
+        for name in _COUNTERS:  # aioring.statistics() deltas
+            per_op = [s.extra[name] / s.ops for s in ok if name in s.extra]
+            if per_op:
+                row[f"{name}_per_op"] = median(per_op)
+        return row
+
+    return median_rows(samples, lambda s: (s.variant, s.loop, s.tasks), head,
+                       ("ops_per_s", "cpu_us_per_op"), extra)
 
 
-def report(medians: dict[tuple[str, str, int], dict[str, Any]], variants: list[str],
+def report(medians: dict[Key, dict[str, Any]], variants: list[str],
            loops: list[str], tasks: list[int], repeat: int) -> str:
     def get(variant: str, loop: str, t: int, key: str) -> float | None:
         row = medians.get((variant, "-", 1) if variant == "sync" else (variant, loop, t))
@@ -365,9 +337,11 @@ def report(medians: dict[tuple[str, str, int], dict[str, Any]], variants: list[s
     for loop in loops:
         out.append(f"\n== {loop}: median of {repeat}; ops/s = 4 KiB reads per second, "
                    "CPU = process CPU time per read ==")
-        header = [("", ["tasks"]), ("ops/s", list(variants)), ("CPU us/op", list(variants))]
+        groups = [("", 1), ("ops/s", len(variants)), ("CPU us/op", len(variants))]
+        names = ["tasks", *variants, *variants]
         if ratios:
-            header.append(("aioring ops/s over", list(ratios)))
+            groups.append(("aioring ops/s over", len(ratios)))
+            names += ratios
         rows = []
         for t in tasks:
             row = [str(t)]
@@ -377,14 +351,14 @@ def report(medians: dict[tuple[str, str, int], dict[str, Any]], variants: list[s
                 a, b = get("aioring", loop, t, "ops_per_s"), get(v, loop, t, "ops_per_s")
                 row.append(fmt(a / b if a and b else None, ".2f", "x"))
             rows.append(row)
-        out.append(render(header, rows))
+        out.append(render(names, rows, groups=groups))
     if "sync" in variants:
         out.append("(sync is one os.pread loop in one thread, independent of loop and tasks: "
                    "the same value is repeated in every row)")
     return "\n".join(out)
 
 
-def notes(medians: dict[tuple[str, str, int], dict[str, Any]], samples: list[Sample],
+def notes(medians: dict[Key, dict[str, Any]], samples: list[Sample],
           loops: list[str], tasks: list[int]) -> str:
     out: list[str] = []
     # Where io_uring kernel threads did part of the work.
@@ -407,23 +381,10 @@ def notes(medians: dict[tuple[str, str, int], dict[str, Any]], samples: list[Sam
         ring_rows.append(row)
     if any(c != "-" for row in ring_rows for c in row[1:]):
         out.append("aioring.statistics() per read (median):")
-        out.append(render([("", ["tasks"])] + [(lp, ["submits", "wakeups", "backpressured"])
-                                               for lp in loops], ring_rows))
-    if samples:
-        wall = sum(s.wall_s for s in samples)
-        other, steal = sum(s.other_cpu_s for s in samples) / wall, sum(s.steal_s for s in samples) / wall
-        line = (f"Meanwhile the rest of the machine used {other:.2f} CPUs on average during timed runs "
-                f"(other processes), and the hypervisor stole {steal:.2f} CPUs.")
-        busy = [s for s in samples if s.wall_s and s.other_cpu_s / s.wall_s > 0.25]
-        if busy:
-            line += (f" {len(busy)} of {len(samples)} runs shared the machine with more than 0.25 CPUs "
-                     "of other work (other_cpu_s in the JSON).")
-        if other > 0.1 or steal > 0.05 or busy:
-            line += " Results are noisier than on an idle machine."
-        out.append(line)
-    spread = spread_note(medians.items(), "ops_per_s", lambda k: f"{k[0]}, {k[1]}, T={k[2]}")
-    if spread:
-        out.append(f"Largest {spread}.")
+        out.append(render(["tasks", *(["submits", "wakeups", "backpressured"] * len(loops))], ring_rows,
+                          groups=[("", 1), *((lp, 3) for lp in loops)]))
+    out += noise_notes(samples, "the timed runs", medians.items(), "ops_per_s",
+                       lambda k: f"{k[0]}, {k[1]}, T={k[2]}")
     return "\n".join(out)
 
 
@@ -447,20 +408,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated event loops (default asyncio,uvloop)")
     parser.add_argument("--variants", type=parse_list(ALL_VARIANTS), default=list(ALL_VARIANTS),
                         help="comma-separated variants (default " + ",".join(ALL_VARIANTS) + ")")
-    parser.add_argument("--repeat", type=int, default=None,
-                        help="runs per configuration, interleaved; the median is reported "
-                             f"(default {DEFAULTS['repeat']}, --quick {QUICK['repeat']})")
     parser.add_argument("--seed", type=int, default=20240521, help="seed of the random offsets")
-    parser.add_argument("--timeout", type=float, default=120.0,
-                        help="seconds before one run is abandoned as hung (default 120)")
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny file and counts: a smoke test that finishes in seconds")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write raw and median results here")
+    add_run_options(parser, DEFAULTS, QUICK, timeout=120.0,
+                    quick_help="tiny file and counts: a smoke test that finishes in seconds",
+                    json_help="write raw and median results here")
     args = parser.parse_args(argv)
-    preset = QUICK if args.quick else DEFAULTS
-    file_size = preset_value(args, preset, "file_size")
-    base_ops = preset_value(args, preset, "ops")
-    repeat = preset_value(args, preset, "repeat")
+    preset = presets(args, DEFAULTS, QUICK)
+    file_size, base_ops, repeat = preset["file_size"], preset["ops"], preset["repeat"]
     if file_size < BLOCK or file_size % BLOCK:
         parser.error("--file-size must be a positive multiple of 4096")
     if base_ops < 1 or repeat < 1:
@@ -484,10 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         log("note: " + note)
 
     path, fstype = prepare_file(args.data_dir, file_size)
-    try:
-        backend = aioring.backend()
-    except OSError as exc:
-        sys.exit(f"error: io_uring is not available here: {exc}")
+    backend = aioring_backend(aioring)
     for loop_name in loops:
         loop = new_loop(loop_name)
         try:
@@ -515,36 +466,35 @@ def main(argv: list[str] | None = None) -> int:
             configs.append(("sync", "-", 1))
         else:
             configs += [(v, lp, t) for lp in loops for t in args.tasks]
-    total = len(configs) * repeat
+    # Round-robin: the repeats of one configuration are spread out.
+    runs = [(r, *config) for r in range(1, repeat + 1) for config in configs]
+    progress = Progress([(variant, loop_name, t) for _, variant, loop_name, t in runs], started=started)
     samples: list[Sample] = []
-    n = 0
-    for r in range(1, repeat + 1):  # round-robin: repeats of one configuration are spread out
-        for variant, loop_name, t in configs:
-            n += 1
-            log(f"[{n}/{total}] {variant:<8} loop={loop_name:<7} tasks={t:<3} repeat {r}/{repeat} ... ",
-                end="")
-            s = Sample(variant, loop_name, t, r, ops=ops[variant])
-            part = offsets[:s.ops]
-            try:
-                if variant == "sync":
-                    run_sync(s, path, part)
-                else:
-                    run_async(s, path, part, warm[:2 * t], args.timeout)
-            except Exception as exc:
-                s.error = error_text(exc)
-                log(f"FAILED: {s.error}")
+    for r, variant, loop_name, t in runs:
+        progress.start(f"{variant:<8} loop={loop_name:<7} tasks={t:<3} repeat {r}/{repeat}")
+        s = Sample(variant, loop_name, t, r, ops=ops[variant])
+        part = offsets[:s.ops]
+        try:
+            if variant == "sync":
+                run_sync(s, path, part)
             else:
-                s.ops_per_s = s.ops / s.wall_s
-                s.cpu_us_per_op = s.cpu_s / s.ops * 1e6
-                log(f"{s.ops_per_s:>10,.0f} ops/s {s.cpu_us_per_op:7.1f} us/op CPU ({s.wall_s:.2f} s)")
-            samples.append(s)
+                run_async(s, path, part, warm[:2 * t], args.timeout)
+        except Exception as exc:
+            s.error = error_text(exc)
+            progress.finish(f"FAILED: {s.error}")
+        else:
+            s.ops_per_s = s.ops / s.wall_s
+            s.cpu_us_per_op = s.cpu_s / s.ops * 1e6
+            progress.finish(f"{s.ops_per_s:>10,.0f} ops/s {s.cpu_us_per_op:7.1f} us/op CPU "
+                            f"({s.wall_s:.2f} s)")
+        samples.append(s)
 
-    medians = median_rows(samples)
+    medians = summarize(samples)
     gc.collect()
     # Every loop is closed by now: anything left over is a leak worth mentioning.
     leftovers = {"fds": open_fds() - fds_before,
                  "io_uring_threads": len(iou_thread_cpu())}
-    elapsed = time.perf_counter() - started
+    elapsed = progress.elapsed
 
     # Environment.
     caio_info = "-"
@@ -554,9 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         sq = "" if aiofile_extra is None else (", SQPOLL on" if aiofile_extra["sqpoll"] else ", SQPOLL off")
         caio_info = f"{impl}{sq}"
     meta: dict[str, Any] = {
-        **machine_info(),
-        "aioring_backend": backend,
-        "versions": {d: version(d) for d in ("aioring", "uvloop", "aiofiles", "aiofile", "caio")},
+        **run_meta(backend, ("aioring", "uvloop", "aiofiles", "aiofile", "caio")),
         "aiofile_caio_backend": caio_info,
         "file": str(path),
         "filesystem": fstype,
@@ -587,11 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     if leftovers["fds"] or leftovers["io_uring_threads"]:
         print(f"NOTE: after all loops were closed, {leftovers['fds']} more fds are open than "
               f"before the runs, and {leftovers['io_uring_threads']} io_uring kernel threads remain.")
-    failed = [s for s in samples if s.error]
-    if failed:
-        print(f"FAILED runs: {len(failed)} of {len(samples)}")
-        for s in failed:
-            print(f"  {s.variant} {s.loop} T={s.tasks} repeat {s.repeat}: {s.error}")
+    failed = print_failures(samples, lambda s: f"{s.variant} {s.loop} T={s.tasks} repeat {s.repeat}")
     print(f"total runtime {elapsed:.1f} s")
 
     write_json(args.json, {"meta": meta, "samples": [asdict(s) for s in samples],

@@ -87,7 +87,7 @@ async def _mixed(n: int, disk_dir: str, seed: int) -> int:
                 assert await reader.readexactly(10) == b"0123456789"
                 done += 3
             else:  # a connection made and closed
-                r2, w2 = await aioring.open_unix_connection(sock=socket.socketpair()[0])
+                _r2, w2 = await aioring.open_unix_connection(sock=socket.socketpair()[0])
                 w2.close()
                 await w2.wait_closed()
                 done += 2
