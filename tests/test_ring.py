@@ -255,6 +255,9 @@ async def _current_ring():
     return _ring.get_ring()
 
 
+# (3.12+ warns that fork() in a process with threads may deadlock: the
+# threads backend's workers are such threads, and the child never uses them.)
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 async def test_forked_child_gets_its_own_ring(pipe, data_file):
     r, w = pipe
     fd, content = data_file
@@ -410,6 +413,9 @@ async def test_room_freed_inside_a_submit_releases_waiting_operations(pipes):
     assert await reads[2] == b"c"
 
 
+# (3.12+ warns that fork() in a process with threads may deadlock: the
+# threads backend's workers are such threads, and the child never uses them.)
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_fork_while_the_registry_lock_is_held(data_file):
     fd, content = data_file
     with _ring._lock:  # as if another thread were making a ring at the fork
