@@ -505,14 +505,22 @@ static int aior_stop_request(unsigned long thread, int sig, int request)
         return r_ < 0 ? -errno : (int)r_; \
     } while (0)
 
+static int aior_is_stream(int fd)
+{
+    struct stat st;
+
+    return fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
+}
+
 static int aior_sync_rw(int op, int fd, void *addr, unsigned len, int64_t off,
                         unsigned op_flags)
 {
     switch (op) {
+    /* io_uring ignores the offset of a pipe or a socket (no ESPIPE). */
     case IORING_OP_READ:
-        AIOR_SYSCALL(off == -1 ? read(fd, addr, len) : pread(fd, addr, len, off));
+        AIOR_SYSCALL(off == -1 || aior_is_stream(fd) ? read(fd, addr, len) : pread(fd, addr, len, off));
     case IORING_OP_WRITE:
-        AIOR_SYSCALL(off == -1 ? write(fd, addr, len) : pwrite(fd, addr, len, off));
+        AIOR_SYSCALL(off == -1 || aior_is_stream(fd) ? write(fd, addr, len) : pwrite(fd, addr, len, off));
     case IORING_OP_READV:
         AIOR_SYSCALL(off == -1 ? readv(fd, addr, (int)len) : preadv(fd, addr, (int)len, off));
     case IORING_OP_WRITEV:

@@ -3,6 +3,13 @@
 Each function checks its arguments completely before anything reaches the
 ring (TypeError and ValueError never leave an SQE behind), exports the buffer
 the kernel will touch, and hands the ring a finish function for the CQE.
+
+A read or write at offset -1 (the fd's position: pipes, sockets, terminals)
+may wait for a peer as long as the peer likes, so it is exempt from the
+ring's backpressure (Ring.start's `unbounded`): otherwise as many reads
+waiting for their writes as the completion queue holds would keep those
+writes from ever being submitted.  Reads at an offset are file reads, which
+the kernel completes by itself, and they wait their turn.
 """
 
 from __future__ import annotations
@@ -119,7 +126,7 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
     ring = get_ring(loop)
     buf = _alloc("char[]", size)
     op = ring.start(loop, _PREP_RW, (_READ, fd, buf, min(size, MAX_RW), offset, 0),
-                    buf, _finish_read, _POLLIN)
+                    buf, _finish_read, _POLLIN, offset == -1)
     return await result(ring, op)
 
 
@@ -147,7 +154,7 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     if ring is None or ring._loop_ref() is not loop or ring._closed:
         ring = get_ring(loop)
     op = ring.start(loop, _PREP_RW, (_READ, fd, cbuf, min(len(cbuf), MAX_RW), offset, 0),
-                    cbuf, None, _POLLIN)
+                    cbuf, None, _POLLIN, offset == -1)
     if op.future is None:
         return ready(op)
     try:
@@ -169,7 +176,7 @@ async def write(fd: int, data: Any, offset: int = -1) -> int:
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
     op = ring.start(loop, _PREP_RW, (_WRITE, fd, cbuf, min(len(cbuf), MAX_RW), offset, 0),
-                    cbuf, None, _POLLOUT)
+                    cbuf, None, _POLLOUT, offset == -1)
     return await result(ring, op)
 
 

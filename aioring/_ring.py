@@ -132,6 +132,7 @@ class Op:
         "poll_mask",
         "polling",
         "prep",
+        "readied",
         "res",
         "sink",
         "state",
@@ -152,6 +153,7 @@ class Op:
         self.waiter: asyncio.Future[Any] | None = None  # set once the caller was cancelled
         self.poll_mask = poll_mask  # for -EAGAIN on a non-blocking fd: poll, then retry
         self.polling = False
+        self.readied = False  # (threads backend: it waited for readiness, a worker makes it now)
         self.unbounded = False  # may wait for a peer indefinitely: exempt from backpressure
         # Instead of a future, for an op nobody awaits (a stream's receive or
         # send): called with the CQE's result as the ring harvests it.

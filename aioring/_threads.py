@@ -259,6 +259,7 @@ class ThreadRing(Ring):
     def restart(self, loop: asyncio.AbstractEventLoop, op: Op) -> None:
         if self._closed:
             raise RuntimeError("this io_uring is closed")
+        op.readied = False
         self._prep(op)
 
     def _prep(self, op: Op) -> bool:
@@ -285,7 +286,15 @@ class ThreadRing(Ring):
                 fd = args[0]
             if inline and not lib.aior_fd_may_block(fd):
                 self._finish(key, twin(*args))
+            elif inline and op.unbounded and op.poll_mask and not op.readied:
+                # It may wait for a peer on a blocking fd: wait for readiness
+                # in the loop first, so that no worker blocks on it (a pool
+                # full of idle pipe reads would starve everything else).
+                op.readied = True
+                op.polling = True
+                self._watch(key, fd, op.poll_mask)
             else:
+                op.readied = False
                 self._in_workers[key] = _workers().submit(
                     _call, twin, args, op.keep, lambda res: self._from_worker(key, res))
         return True
