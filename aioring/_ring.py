@@ -191,6 +191,12 @@ def _forsake(op: Op) -> None:
     op.state = _DONE
     op.res = -errno.ECANCELED
     op.keep = None
+    _abort_waiters(op)
+
+
+def _abort_waiters(op: Op) -> None:
+    """Tell whoever waits on a finished `op` (its sink, its caller, a cancelled
+    caller's waiter) that it ended without a result."""
     if op.sink is not None:
         try:
             op.sink(op.res)
@@ -204,7 +210,7 @@ def _forsake(op: Op) -> None:
                     fut.set_result(None)
                 else:
                     fut.cancel()
-            except RuntimeError:
+            except RuntimeError:  # its loop is already closed
                 pass
 
 
@@ -526,6 +532,10 @@ class Ring:
                 callback()
         self._flush_handle = None
         self._release_waiting()
+        self._submit_queued()
+
+    def _submit_queued(self) -> None:
+        """The flush's submit: what the iteration queued goes to the kernel."""
         pending = lib.aior_sq_pending(self._ring)
         # Many operations in one flush: many tasks share the loop, and batching
         # serves them best.  One: a lone task, which eager runs serve best.
@@ -803,21 +813,7 @@ class Ring:
         op.state = _DONE
         op.res = res if res < 0 else -errno.ECANCELED
         _release(op)
-        if op.sink is not None:
-            try:
-                op.sink(op.res)
-            except RuntimeError:  # its loop is already closed
-                pass
-            return
-        for fut in (op.waiter, op.future):
-            if fut is not None and not fut.done():
-                try:
-                    if fut is op.waiter:
-                        fut.set_result(None)
-                    else:
-                        fut.cancel()
-                except RuntimeError:  # its loop is already closed
-                    pass
+        _abort_waiters(op)
 
     def _abandon(self) -> None:
         """In a forked child: drop this process's copies of a parent's ring."""

@@ -299,19 +299,8 @@ class ThreadRing(Ring):
                     _call, twin, args, op.keep, lambda res: self._from_worker(key, res))
         return True
 
-    def _flush(self) -> None:
-        self._eager_task = None
-        self._eager_left = 0
-        if self._closed:
-            self._flush_handle = None
-            return
-        deferred = self._deferred
-        if deferred:
-            self._deferred = []
-            for callback in deferred:
-                callback()
-        self._flush_handle = None
-        self._release_waiting()
+    def _submit_queued(self) -> None:
+        pass  # every request left when it was made
 
     # ------------------------------------------------------------ completing
     def _finish(self, key: int, res: int) -> None:
