@@ -43,7 +43,7 @@ from typing import Any
 
 from . import _ops, _pathops
 from ._liburing import ffi, lib
-from ._ring import get_ring
+from ._ring import _DONE as _OP_DONE, get_ring
 
 __all__ = ["RingFileIO", "open_stack", "ring_raw"]
 
@@ -623,17 +623,21 @@ async def _read_into(fd: int, buf: bytes | bytearray, at: int, n: int, offset: i
     ring = get_ring(loop)
     cbuf = _from_buffer(_CHARS, buf, False)
     got = 0
+    op = None
     try:
         while got < n:
             asked = min(n - got, _ops.MAX_RW)
+            # The op holds the export (a tuple: the ring drops it, never
+            # releases it) until its CQE, also if this coroutine is closed.
             op = ring.start(loop, _PREP_RW, (_READ_OP, fd, cbuf + at + got, asked, offset + got, 0),
-                            None, None, 0)
+                            (cbuf,), None, 0)
             k = int(await _ops.result(ring, op))
             got += k
             if k < asked:
                 break
     finally:
-        ffi.release(cbuf)
+        if op is None or op.state == _OP_DONE:
+            ffi.release(cbuf)
     return got
 
 

@@ -218,8 +218,8 @@ async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
 async def sock_recv_into(sock: socket.socket, buf: Any) -> int:
     """loop.sock_recv_into: receive into `buf`; the number of bytes, 0 at EOF."""
     fd = check_socket(sock)
-    cbuf = writable_buffer(buf)
     loop, ring = _ring_and_loop()
+    cbuf = writable_buffer(buf)
     op = ring.start(loop, _PREP_RW, (_RECV, fd, cbuf, min(len(cbuf), MAX_RW), 0, 0),
                     cbuf, None, _POLLIN, unbounded=True)
     return await result(ring, op)
@@ -266,13 +266,17 @@ async def sock_recvfrom_into(sock: socket.socket, buf: Any, nbytes: int = 0) -> 
     """loop.sock_recvfrom_into: (bytes received into buf, address)."""
     check_socket(sock)
     cbuf = writable_buffer(buf)
-    nbytes = operator.index(nbytes)
-    if nbytes < 0:
-        raise ValueError("negative buffersize in recvfrom_into")
-    if nbytes == 0:
-        nbytes = len(cbuf)
-    elif nbytes > len(cbuf):
-        raise ValueError("nbytes is greater than the length of the buffer")
+    try:
+        nbytes = operator.index(nbytes)
+        if nbytes < 0:
+            raise ValueError("negative buffersize in recvfrom_into")
+        if nbytes == 0:
+            nbytes = len(cbuf)
+        elif nbytes > len(cbuf):
+            raise ValueError("nbytes is greater than the length of the buffer")
+    except BaseException:
+        ffi.release(cbuf)  # never left to a traceback (see Ring.start)
+        raise
     return await _holding(_recvmsg(sock, cbuf, nbytes), cbuf)
 
 
@@ -319,6 +323,10 @@ async def sock_sendto(sock: socket.socket, data: Any, address: Any) -> int:
     """loop.sock_sendto: send one datagram to `address`; the bytes sent."""
     fd = check_socket(sock)
     cbuf = readable_buffer(data)
+    return await _holding(_sendto(sock, fd, cbuf, address), cbuf)
+
+
+async def _sendto(sock: socket.socket, fd: int, cbuf: Any, address: Any) -> int:
     loop, ring = _ring_and_loop()
     name, _ = await encode_sockaddr(sock, address, loop, "sendto")
     m = _Msg(1, 0)
@@ -329,7 +337,7 @@ async def sock_sendto(sock: socket.socket, data: Any, address: Any) -> int:
                     (_SENDMSG, fd, ffi.cast("struct msghdr *", m.msg), m.iov, 1, cname,
                      len(name), _NOSIGNAL),
                     (m, cbuf, cname), None, _POLLOUT, unbounded=True)
-    return await _holding(result(ring, op), cbuf)
+    return int(await result(ring, op))
 
 
 # ---------------------------------------------------------------- connect

@@ -184,16 +184,6 @@ def _release(op: Op) -> None:
             ffi.release(keep)  # a tuple (several objects) is let go by dropping it
 
 
-def _forsake(op: Op) -> None:
-    """Fail the caller of `op`, whose system call a worker thread is still
-    making: unlike _release, leave what the kernel may touch to the worker,
-    which holds it until the call returns (see _threads.run_in_worker)."""
-    op.state = _DONE
-    op.res = -errno.ECANCELED
-    op.keep = None
-    _abort_waiters(op)
-
-
 def _abort_waiters(op: Op) -> None:
     """Tell whoever waits on a finished `op` (its sink, its caller, a cancelled
     caller's waiter) that it ended without a result."""
@@ -337,11 +327,22 @@ class Ring:
         connections would hold every slot and starve everything else.  Should
         their completions ever outnumber the CQ, the kernel keeps the excess
         (IORING_FEAT_NODROP) until the next harvest.
+
+        The ring owns `keep` from this call on, also when it raises: an
+        export (not a tuple) is released once nothing touches it.
         """
-        if self._closed:
-            raise RuntimeError("this io_uring is closed")
-        if _owed:
-            _deliver_owed()
+        if self._closed or _owed:
+            # Nothing is submitted: what the call would have touched is let
+            # go now (an export left to the garbage collector can crash
+            # CPython before 3.13: a memoryview's tp_clear under an export).
+            try:
+                if self._closed:
+                    raise RuntimeError("this io_uring is closed")
+                _deliver_owed()
+            except BaseException:
+                if keep is not None and type(keep) is not tuple:
+                    ffi.release(keep)
+                raise
         op = Op(None, prep, args, keep, finish, poll_mask)
         if unbounded:
             op.unbounded = True
@@ -777,13 +778,19 @@ class Ring:
             if op.state == _WAITING:
                 self._drop(op, -errno.ECANCELED)
         if self._emulated:
+            # Worker threads make these: no CQE will come.  Interrupt their
+            # calls and wait until they returned, as for the kernel's below.
             from ._threads import _workers
-            for key, request in self._emulated.items():
-                # A worker thread makes it: no CQE will come.  Its caller sees
-                # CancelledError; the worker keeps what it touches till it returns.
-                _workers().stop(request)
-                _forsake(self._ops.pop(key))
-        self._emulated.clear()
+            emulated = [self._ops.pop(key) for key in self._emulated]
+            try:
+                _workers().finish(self._emulated.values())
+            except BaseException:
+                _kept_forever.extend(emulated)
+                raise
+            finally:
+                self._emulated.clear()
+            for op in emulated:
+                self._drop(op, -errno.ECANCELED)
         drained = True
         for key, op in list(self._ops.items()):
             while drained and op is not _CANCEL and not self._prep_cancel(key):

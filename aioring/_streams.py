@@ -226,8 +226,11 @@ class _Channel:
         `keep` is what holds ptr's memory (an export, or a tuple of objects):
         the ring owns it until the CQE, also if this coroutine is closed.  A
         receive that fails (a reset peer) closes the channel, as asyncio's
-        transport closes on a read error."""
+        transport closes on a read error.  It owns `keep` from the call on
+        (see Ring.start)."""
         if self._closing:
+            if type(keep) is not tuple:
+                ffi.release(keep)
             return 0
         if self._is_socket:
             args = (_RECV, self._fd, ptr, min(n, MAX_RW), 0, flags)

@@ -19,10 +19,11 @@ every public API behaves the same on both backends.
   main thread; system calls interrupted anyway are retried in C.
 * Completions from workers come back through an eventfd on
   ``loop.add_reader``, in batches, like the ring's CQEs.
-* A worker cannot be interrupted.  Cancelling its request waits for it, as a
-  ring request the kernel could not cancel does; closing the ring fails its
-  callers at once and leaves what the call touches to the worker, which holds
-  it until the call returns, so memory is never freed under a system call.
+* Cancelling a request a worker makes interrupts its call (a signal to the
+  worker) and waits for its result, as the kernel's cancellation does; the
+  call may have completed first.  Closing the ring interrupts every call its
+  workers make and waits until each returned, as Ring.close waits for the
+  kernel: memory is never freed under a system call.
 
 A ring whose kernel lacks an opcode (the probe says so) makes just those
 requests through ``run_in_worker`` (Ring._emulate) and everything else on the
@@ -38,11 +39,11 @@ import queue
 import signal
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._liburing import lib
-from ._ring import _DONE, _SUBMITTED, DEFAULT_ENTRIES, Op, Ring, _forget, _forsake
+from ._ring import _DONE, _SUBMITTED, DEFAULT_ENTRIES, Op, Ring, _forget, _kept_forever
 
 __all__ = ["EMULATED", "ThreadRing", "opcode_of", "run_in_worker"]
 
@@ -112,6 +113,7 @@ class _Pool:
         self._size = size
         self._queue: queue.SimpleQueue[tuple[int, Callable[..., None], tuple[Any, ...]]] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._finished = threading.Condition(self._lock)  # notified as each request ends
         self._threads = 0
         self._idle = 0
         self._next = 0
@@ -144,6 +146,24 @@ class _Pool:
                 self._dropped.add(request)
             return False
 
+    def finish(self, requests: Iterable[int]) -> None:
+        """Stop `requests` and wait until no worker makes any of them (a ring
+        closes).  The stop signal is sent again and again: one that comes just
+        before a call blocks is not seen by it."""
+        left = set(requests)
+        with self._finished:
+            while True:
+                left = {r for r in left if r in self._running or r in self._queued}
+                if not left:
+                    return
+                for request in left:
+                    thread = self._running.get(request)
+                    if thread is not None:
+                        lib.aior_stop_request(thread, STOP_SIGNAL, request)
+                    else:
+                        self._dropped.add(request)
+                self._finished.wait(_STOP_AGAIN)
+
     def _work(self) -> None:
         # Signals go to the main thread; only the stop signal reaches a worker.
         signal.pthread_sigmask(signal.SIG_SETMASK, signal.valid_signals() - {STOP_SIGNAL})
@@ -162,6 +182,7 @@ class _Pool:
             with self._lock:
                 self._running.pop(request, None)
                 self._idle += 1
+                self._finished.notify_all()
 
 
 _pool: _Pool | None = None
@@ -409,8 +430,8 @@ class ThreadRing(Ring):
 
     # -------------------------------------------------------------- closing
     def close(self) -> None:
-        """Fail every caller at once; polls end, calls in workers are left to
-        finish on their own with what they touch (see the module docstring)."""
+        """Fail every caller; polls end at once, calls in workers are
+        interrupted and waited for (see the module docstring)."""
         if self._closed:
             return
         if os.getpid() != self._pid:
@@ -433,19 +454,20 @@ class ThreadRing(Ring):
             op = self._waiting.popleft()
             if op.state != _DONE:
                 self._drop(op, _ECANCELED)
-        ops = list(self._ops.items())
+        ops = list(self._ops.values())
         self._ops.clear()
-        workers = _workers()
-        for key, op in ops:
-            request = self._in_workers.get(key)
-            if request is not None:
-                workers.stop(request)
-                _forsake(op)
-            else:
-                self._drop(op, _ECANCELED)
-        self._in_workers.clear()
-        self._done.clear()
-        os.close(self._efd)
+        try:
+            if self._in_workers:
+                _workers().finish(self._in_workers.values())
+        except BaseException:
+            _kept_forever.extend(ops)  # interrupted: never free what a worker may still touch
+            raise
+        finally:
+            self._in_workers.clear()
+            self._done.clear()
+            os.close(self._efd)
+        for op in ops:
+            self._drop(op, _ECANCELED)
 
     def _abandon(self) -> None:
         """In a forked child: the parent's workers do not exist here."""

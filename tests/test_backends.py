@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import os
 import socket
 import subprocess
@@ -196,3 +197,35 @@ async def test_a_blocked_worker_read_is_cancelled_and_loses_nothing(pipe):
     os.write(w, b"12345678")
     assert await aioring.read(r, 8) == b"12345678"
     assert buf == bytearray(8)
+
+
+@pytest.mark.backends("threads")
+def test_closing_the_loop_interrupts_a_blocked_worker_call_and_waits_for_it(new_loop, pipe, loop_errors):
+    """As Ring.close waits until the kernel let go of every buffer, closing a
+    threads ring interrupts each call its workers make and waits until it
+    returned: after loop.close() no worker touches the caller's buffer, which
+    is released (resizable), and the interrupted read took nothing."""
+    from aioring._threads import _workers
+
+    r, w = pipe
+    buf = bytearray(8)
+    loop = new_loop()
+
+    async def start() -> asyncio.Future[int]:
+        task = asyncio.ensure_future(aioring.readinto(r, buf, 0))  # at an offset: a worker's pread
+        while not _workers()._running:  # until a worker is inside the call
+            await asyncio.sleep(0)
+        return task
+
+    task = loop.run_until_complete(start())
+    loop.close()
+    assert not _workers()._running
+    buf.extend(b"x")  # resizable: nothing holds it any more
+    del buf[8:]
+    os.write(w, b"12345678")
+    assert os.read(r, 8) == b"12345678"
+    assert buf == bytearray(8)
+    del task
+    gc.collect()
+    assert [ctx["message"] for ctx in loop_errors] == ["Task was destroyed but it is pending!"]
+    loop_errors.clear()

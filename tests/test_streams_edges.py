@@ -202,6 +202,57 @@ async def test_a_failed_read_leaves_the_callers_buffer_resizable(socks, how):
         await _close(writer)
 
 
+# The call a task makes after a late result, which raises the cancellation it
+# owes before anything is submitted: (name, coroutine of (bytearray, pipe, socket)).
+_SECOND_CALLS = {
+    "StreamReader.readinto": lambda reader, ba, pipe, sock: reader.readinto(ba),
+    "StreamReader.readinto_exactly": lambda reader, ba, pipe, sock: reader.readinto_exactly(ba),
+    "aioring.readinto": lambda reader, ba, pipe, sock: aioring.readinto(pipe[0], ba),
+    "aioring.write": lambda reader, ba, pipe, sock: aioring.write(pipe[1], ba),
+    "aioring.sock_recv_into": lambda reader, ba, pipe, sock: aioring.sock_recv_into(sock, ba),
+    "aioring.sock_recvfrom_into": lambda reader, ba, pipe, sock: aioring.sock_recvfrom_into(sock, ba),
+    "aioring.sock_sendall": lambda reader, ba, pipe, sock: aioring.sock_sendall(sock, ba),
+}
+
+
+@pytest.mark.parametrize("second", list(_SECOND_CALLS))
+async def test_a_call_refused_for_an_owed_cancellation_leaves_the_buffer_resizable(socks, pipe, second):
+    """After a late result the task's next ring operation raises the owed
+    CancelledError before submitting.  The caller's buffer must be let go
+    then and there: resizable at once, and never left exported to the
+    garbage collector (an export of a memoryview in a reference cycle crashes
+    CPython before 3.13)."""
+    a, b = _tcp_pair(socks)
+    c, _d = _tcp_pair(socks)
+    c.setblocking(False)
+    reader, writer = await aioring.open_connection(sock=a)
+    outcome = []
+
+    async def body():
+        got = await reader.readinto(bytearray(1 << 20))  # large: received in place
+        assert got == 5
+        ba = bytearray(1 << 20)
+        try:
+            await _SECOND_CALLS[second](reader, ba, pipe, c)
+        except asyncio.CancelledError:
+            outcome.append(_exported(ba))
+            raise
+        outcome.append("the owed cancellation was not raised")
+
+    task = asyncio.ensure_future(body())
+    await asyncio.sleep(0)  # the task's receive is in flight
+    read_op = reader._channel._read_op
+    assert read_op is not None
+    b.sendall(b"hello")
+    while not read_op.future.done():  # the CQE is harvested; the task has not run yet
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert outcome == [False]
+    await _close(writer)
+
+
 def _exported(ba: bytearray) -> bool:
     """Whether `ba` is exported (cannot be resized).  The tests that ask make
     sure no data can arrive, so a resize that succeeds corrupts nothing."""
