@@ -97,6 +97,7 @@ _DONE = 2  # its CQE arrived (or it was dropped before ever being submitted)
 _ffi_release = ffi.release
 _InvalidStateError = asyncio.InvalidStateError
 _EAGAIN = -errno.EAGAIN
+_ECANCELED = -errno.ECANCELED
 _EBUSY = -errno.EBUSY
 _RETRY_SUBMIT = frozenset((-errno.EAGAIN, -errno.EBUSY, -errno.EINTR))
 
@@ -125,6 +126,7 @@ class Op:
 
     __slots__ = (
         "args",
+        "cancelled",
         "finish",
         "future",
         "keep",
@@ -155,6 +157,7 @@ class Op:
         self.polling = False
         self.readied = False  # (threads backend: it waited for readiness, a worker makes it now)
         self.unbounded = False  # may wait for a peer indefinitely: exempt from backpressure
+        self.cancelled = False  # its cancellation was asked for (an ECANCELED is ours)
         # Instead of a future, for an op nobody awaits (a stream's receive or
         # send): called with the CQE's result as the ring harvests it.
         self.sink: Callable[[int], None] | None = None
@@ -291,7 +294,7 @@ class Ring:
         self._flags = ffi.new("uint32_t[]", cap)
         self._submitted = ffi.new("int *")
         self.stats = {"submit_calls": 0, "wakeups": 0, "completions": 0, "backpressured": 0,
-                      "cancels": 0}
+                      "cancels": 0, "resubmitted": 0}
 
     # ------------------------------------------------------------------ info
     @property
@@ -361,6 +364,7 @@ class Ring:
         which holds what the kernel may touch (op.args holds the rest)."""
         if self._closed:
             raise RuntimeError("this io_uring is closed")
+        op.cancelled = False
         if self._lacking and self._emulate(loop, op):
             return
         key = self._next_key
@@ -604,6 +608,13 @@ class Ring:
                 if self._retry(op, res):
                     continue
                 res = -errno.ECANCELED if res >= 0 else res
+            elif res == _ECANCELED and not op.cancelled and op.waiter is None:
+                # Nobody cancelled it: the kernel could not start a worker
+                # for it (io-wq fails to while a signal is pending).  Again.
+                op.state = _WAITING
+                self._waiting.appendleft(op)  # _harvested schedules the flush
+                self.stats["resubmitted"] += 1
+                continue
             op.state = _DONE
             op.res = res
             sink = op.sink
@@ -672,6 +683,7 @@ class Ring:
             raise exc
         if op.state == _SUBMITTED:
             op.waiter = asyncio.get_running_loop().create_future()
+            op.cancelled = True
             self._cancel(op.key)
             while not op.waiter.done():
                 try:
@@ -713,6 +725,7 @@ class Ring:
         result when the operation completed first.  An op still held back by
         backpressure fails with ECANCELED at once."""
         if op.state == _SUBMITTED:
+            op.cancelled = True
             self._cancel(op.key)
         elif op.state == _WAITING:
             op.state = _DONE  # dropped lazily from the queue

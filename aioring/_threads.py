@@ -281,6 +281,7 @@ class ThreadRing(Ring):
         if self._closed:
             raise RuntimeError("this io_uring is closed")
         op.readied = False
+        op.cancelled = False
         self._prep(op)
 
     def _prep(self, op: Op) -> bool:

@@ -105,40 +105,47 @@ class AsyncBase:
         if raw is None:
             assert isinstance(name, str)
             return await self._executor_call(name, *args)
-        file = self._file
         if await raw.enter():
             plan = self._replan(name, args)  # the calls before this one moved the position
         try:
-            if size_fresh or raw._append:
-                if not raw.closed:
-                    raw.refresh_size()
-            if plan is not None:
-                # Never read ahead much past the end of file, whatever was asked.
-                limit = max(plan[1], raw._size) + _PAST_END
-                if plan[0] == "range":
-                    start, end = plan[1], min(plan[2], limit)
-                    if end >= raw._size:
-                        end += 1  # reaching end of file: read past it, so the window knows it
-                    ws = raw._wstart
-                    if not (ws <= start and end <= ws + len(raw._wbuf)):
-                        await raw.fill(start, end)
-                else:
-                    await raw.fill_line(plan[1], min(plan[2], limit), plan[3], plan[4],
-                                        min(plan[5], limit))
-            if pace():
-                await asyncio.sleep(0)
-            raw._defer = True
-            try:
-                result = (getattr(file, name) if isinstance(name, str) else name)(*args)
-            finally:
-                raw._defer = False
-                try:
-                    if raw._queue:
-                        await raw.drain()
-                finally:
-                    raw.end_call()
+            return await self._run(raw, name, plan, args, size_fresh)
         finally:
             raw.release()
+
+    async def _run(self, raw: RingFileIO, name: str | Callable[..., Any], plan: Plan,
+                   args: tuple[Any, ...], size_fresh: bool = False) -> Any:
+        """_call's work, with the file taken (raw.enter) and begun (begin_call)."""
+        file = self._file
+        if raw.closed:
+            plan = None  # the stdlib method raises ValueError; the fd is not touched
+        if size_fresh or raw._append:
+            if not raw.closed:
+                raw.refresh_size()
+        if plan is not None:
+            # Never read ahead much past the end of file, whatever was asked.
+            limit = max(plan[1], raw._size) + _PAST_END
+            if plan[0] == "range":
+                start, end = plan[1], min(plan[2], limit)
+                if end >= raw._size:
+                    end += 1  # reaching end of file: read past it, so the window knows it
+                ws = raw._wstart
+                if not (ws <= start and end <= ws + len(raw._wbuf)):
+                    await raw.fill(start, end)
+            else:
+                await raw.fill_line(plan[1], min(plan[2], limit), plan[3], plan[4],
+                                    min(plan[5], limit))
+        if pace():
+            await asyncio.sleep(0)
+        raw._defer = True
+        try:
+            result = (getattr(file, name) if isinstance(name, str) else name)(*args)
+        finally:
+            raw._defer = False
+            try:
+                if raw._queue:
+                    await raw.drain()
+            finally:
+                raw.end_call()
         return result
 
 

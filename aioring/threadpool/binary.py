@@ -138,29 +138,29 @@ class AsyncBufferedIOBase(_BinaryBase):
     async def _read_direct(self, raw: RingFileIO, n: int) -> bytes:
         """A large read with nothing buffered: the whole blocks that
         BufferedReader reads past its buffer go straight from the ring into
-        the result; the rest goes through the buffer, as BufferedReader's."""
+        the result; the rest goes through the buffer, as BufferedReader's.
+        The file stays taken throughout: no other call comes in between."""
         file = self._file
         raw._busy = True
         try:
             raw.begin_call()
             whole = n - n % raw.bufsize
             if file.tell() != raw._pos or raw._size - raw._pos < n:
-                data = None
-            else:
-                data = await read_direct(raw, whole)
-                raw._defer = True
-                try:
-                    file.seek(raw._pos + len(data))
-                finally:
-                    raw._defer = False
-                    raw.end_call()
+                return await self._run(raw, "read", self._plan(self._read_plan, n), (n,))
+            data = await read_direct(raw, whole)
+            raw._defer = True
+            try:
+                file.seek(raw._pos + len(data))
+            finally:
+                raw._defer = False
+                raw.end_call()
+            if len(data) < whole or whole == n:
+                return data
+            raw.begin_call()
+            rest = n - whole
+            return data + await self._run(raw, "read", self._plan(self._read_plan, rest), (rest,))
         finally:
             raw.release()
-        if data is None:
-            return await self._call("read", self._plan(self._read_plan, n), n)
-        if len(data) < whole or whole == n:
-            return data
-        return data + await self._call("read", self._plan(self._read_plan, n - whole), n - whole)
 
     async def _readinto_direct(self, raw: RingFileIO, out: memoryview) -> int:
         file = self._file
@@ -169,23 +169,21 @@ class AsyncBufferedIOBase(_BinaryBase):
         try:
             raw.begin_call()
             if file.tell() != raw._pos or raw._size - raw._pos < len(out):
-                n = -1
-            else:
-                n = await readinto_direct(raw, out[:whole])
-                raw._defer = True
-                try:
-                    file.seek(raw._pos + n)
-                finally:
-                    raw._defer = False
-                    raw.end_call()
+                return await self._run(raw, "readinto", self._plan(self._read_plan, len(out)), (out,))
+            n = await readinto_direct(raw, out[:whole])
+            raw._defer = True
+            try:
+                file.seek(raw._pos + n)
+            finally:
+                raw._defer = False
+                raw.end_call()
+            if n < whole or whole == len(out):
+                return n
+            raw.begin_call()
+            rest = out[whole:]
+            return n + await self._run(raw, "readinto", self._plan(self._read_plan, len(rest)), (rest,))
         finally:
             raw.release()
-        if n < 0:
-            return await self._call("readinto", self._plan(self._read_plan, len(out)), out)
-        if n < whole or whole == len(out):
-            return n
-        rest = out[whole:]
-        return n + await self._call("readinto", self._plan(self._read_plan, len(rest)), rest)
 
     async def read1(self, size: Any = -1) -> bytes:
         return await self._call("read1", self._plan(self._read1_plan, size), size)
@@ -248,6 +246,8 @@ class AsyncFileIO(_BinaryBase):
                       arg: Any) -> Any:
         await raw.enter()
         try:
+            if raw.closed:  # closed by a call made before this one
+                raise ValueError("I/O operation on closed file")
             try:
                 result = await func(raw, arg)
                 if func is not _write_at_position:
