@@ -258,6 +258,7 @@ class ThreadRing(Ring):
         self._in_workers: dict[int, int] = {}  # key -> the worker's request id
         self._polls: dict[int, tuple[int, int]] = {}  # key -> (fd, POLLIN or POLLOUT)
         self._watched: dict[tuple[int, int], list[int]] = {}  # (fd, direction) -> keys
+        self._dups: set[int] = set()  # the duplicates of fds the loop watches (see _watch)
         loop.add_reader(self._efd, self._on_wakeup)
 
     @property
@@ -363,24 +364,39 @@ class ThreadRing(Ring):
 
     # --------------------------------------------------------------- polls
     def _watch(self, key: int, fd: int, mask: int) -> None:
-        """A poll: wait for the loop to see `fd` ready (POLLIN or POLLOUT)."""
+        """A poll: wait for the loop to see `fd` ready (POLLIN or POLLOUT).
+
+        The loop watches a duplicate of `fd`, which holds the file as the
+        kernel's poll does: a socket shut down and closed before the loop
+        polls again would otherwise drop out of epoll, its readiness unseen."""
         direction = _POLLOUT if mask & _POLLOUT and not mask & _POLLIN else _POLLIN
         loop = self._loop_ref()
         assert loop is not None
-        keys = self._watched.get((fd, direction))
+        try:
+            watched = os.dup(fd)
+        except OSError as exc:
+            if exc.errno == errno.EBADF:
+                self._finish(key, -errno.EBADF)  # what the kernel's poll answers
+                return
+            watched = fd  # out of fds: watch the fd itself
+        keys = self._watched.get((watched, direction))
         if keys is None:
             try:
                 if direction == _POLLIN:
-                    loop.add_reader(fd, self._ready, fd, direction)
+                    loop.add_reader(watched, self._ready, watched, direction)
                 else:
-                    loop.add_writer(fd, self._ready, fd, direction)
+                    loop.add_writer(watched, self._ready, watched, direction)
             except (OSError, ValueError):
                 # Not pollable (a regular file): always ready, as poll(2) says.
+                if watched != fd:
+                    os.close(watched)
                 self._finish(key, direction)
                 return
-            keys = self._watched[(fd, direction)] = []
+            keys = self._watched[(watched, direction)] = []
+            if watched != fd:
+                self._dups.add(watched)
         keys.append(key)
-        self._polls[key] = (fd, direction)
+        self._polls[key] = (watched, direction)
 
     def _unwatch(self, fd: int, direction: int) -> list[int]:
         keys = self._watched.pop((fd, direction), [])
@@ -390,6 +406,9 @@ class ThreadRing(Ring):
                 loop.remove_reader(fd)
             else:
                 loop.remove_writer(fd)
+        if fd in self._dups:
+            self._dups.discard(fd)
+            os.close(fd)
         for key in keys:
             self._polls.pop(key, None)
         return keys
@@ -482,6 +501,9 @@ class ThreadRing(Ring):
         self._waiting.clear()
         self._watched.clear()
         self._polls.clear()
+        for fd in self._dups:
+            os.close(fd)  # this process's copies
+        self._dups.clear()
         for op in ops:
             if op.state != _DONE:
                 self._drop(op, _ECANCELED)

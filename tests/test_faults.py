@@ -739,10 +739,6 @@ async def test_cancelled_closes_and_cancelled_async_with_blocks_release_files(fi
     assert _fds() == fds, "fds leaked"
 
 
-# The threads backend waits for a blocking socket's readiness in the loop;
-# a socket shut down and closed in one callback drops out of epoll before
-# the loop sees the shutdown, and that wait never ends (a known gap).
-@pytest.mark.backends("io_uring")
 async def test_shutting_down_and_closing_sockets_with_operations_in_flight():
     """Plain sockets with a receive, an accept or a large send in flight are
     shut down and closed at random moments (a socket.socket has no close
