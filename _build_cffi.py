@@ -415,15 +415,19 @@ static int aior_submit_reap(struct io_uring *ring, uint64_t *ud, int32_t *res,
     return n;
 }
 
-/* Block until at least one CQE is ready (closing a ring drains it). */
-static int aior_wait(struct io_uring *ring)
+/* Block until at least one CQE is ready, or -ETIME after `ms` milliseconds
+   without one (closing a ring drains it). */
+static int aior_wait(struct io_uring *ring, unsigned ms)
 {
     struct io_uring_cqe *cqe;
+    struct __kernel_timespec ts;
     int ret;
 
     io_uring_submit(ring);
+    ts.tv_sec = ms / 1000;
+    ts.tv_nsec = (long long)(ms % 1000) * 1000000;
     do {
-        ret = io_uring_wait_cqe(ring, &cqe);
+        ret = io_uring_wait_cqe_timeout(ring, &cqe, &ts);
     } while (ret == -EINTR);
     return ret;
 }
@@ -725,7 +729,7 @@ int aior_reap(struct io_uring *ring, int efd, uint64_t *ud, int32_t *res,
               uint32_t *flags, unsigned max);
 int aior_submit_reap(struct io_uring *ring, uint64_t *ud, int32_t *res,
                      uint32_t *flags, unsigned max, int *submitted);
-int aior_wait(struct io_uring *ring);
+int aior_wait(struct io_uring *ring, unsigned ms);
 unsigned aior_sq_pending(struct io_uring *ring);
 int aior_ring_fd(struct io_uring *ring);
 

@@ -56,6 +56,7 @@ What this module relies on, and why it is written the way it is:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import sys
@@ -64,7 +65,7 @@ import warnings
 import weakref
 from collections import deque
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from ._liburing import ffi, lib
 
@@ -97,6 +98,8 @@ _DONE = 2  # its CQE arrived (or it was dropped before ever being submitted)
 _ffi_release = ffi.release
 _InvalidStateError = asyncio.InvalidStateError
 _EAGAIN = -errno.EAGAIN
+# Closing a ring waits this long for the kernel's next completion at most.
+CLOSE_WAIT = 3.0
 _ECANCELED = -errno.ECANCELED
 _EBUSY = -errno.EBUSY
 _RETRY_SUBMIT = frozenset((-errno.EAGAIN, -errno.EBUSY, -errno.EINTR))
@@ -220,6 +223,34 @@ def _no_prep(*args: Any) -> int:
 _CANCEL = Op(None, _no_prep, (), None, None, 0)
 
 
+_NOTHING: Iterator[tuple[int, int]] = iter(())
+
+
+def _not_handed_on(op: Op) -> bool:
+    """Whether the CQE of `op`, taken from the table, has not reached whoever
+    waits for it (so that handling it again is right)."""
+    if op.state == _SUBMITTED:
+        return True
+    if op.state != _DONE or op.sink is not None:
+        return False  # requeued; or a sink's call, which must not come twice
+    if op.waiter is not None:
+        return not op.waiter.done()
+    return op.future is not None and not op.future.done()
+
+
+class _Harvest:
+    """Where a ring's harvest stands, for _strand: what an exception (a
+    KeyboardInterrupt at any line) must not lose."""
+
+    __slots__ = ("cqe", "op", "reaped", "stranded")
+
+    def __init__(self) -> None:
+        self.cqe: tuple[int, int] | None = None  # the CQE being handled
+        self.op: Any = None  # and its op, once taken from the table
+        self.reaped = 0  # CQEs in the arrays that _complete has not taken yet
+        self.stranded: list[tuple[int, int]] = []  # CQEs an exception left unhandled
+
+
 class Ring:
     """One io_uring bound to one event loop (see the module docstring)."""
 
@@ -243,12 +274,9 @@ class Ring:
         self.features = out[0]
         self.sq_entries = out[1]
         self.cq_entries = out[2]
-        try:
-            self._efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-        except BaseException:
-            lib.io_uring_queue_exit(self._ring)
-            raise
-        try:
+        efd = -1
+        try:  # (anything, a KeyboardInterrupt too, leaves no fd behind)
+            efd = self._efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
             ret = lib.io_uring_register_eventfd(self._ring, self._efd)
             if ret < 0:
                 raise os_error(ret)
@@ -260,23 +288,29 @@ class Ring:
             missing = [name for name, op in _REQUIRED_OPS.items() if op not in self._supported]
             if missing:
                 raise OSError(errno.ENOSYS, "io_uring lacks required opcodes: " + ", ".join(missing))
+            # Opcodes this kernel lacks are made as plain system calls instead,
+            # one request at a time (see _emulate); the rest of the ring is used.
+            from ._threads import EMULATED
+            self._lacking = EMULATED - self._supported
+            self._init_table(loop, self.cq_entries)
+            self._emulated: dict[int, int] = {}  # key -> worker request, of requests made by _emulate
+            loop.add_reader(efd, self._on_wakeup)
         except BaseException:
+            self._closed = True
             lib.io_uring_queue_exit(self._ring)
-            os.close(self._efd)
+            if efd >= 0:
+                with contextlib.suppress(Exception):
+                    loop.remove_reader(efd)
+                os.close(efd)
             raise
-        # Opcodes this kernel lacks are made as plain system calls instead,
-        # one request at a time (see _emulate); the rest of the ring is used.
-        from ._threads import EMULATED
-        self._lacking = EMULATED - self._supported
-        self._init_table(loop, self.cq_entries)
-        self._emulated: dict[int, int] = {}  # key -> worker request, of requests made by _emulate
-        loop.add_reader(self._efd, self._on_wakeup)
 
     def _init_table(self, loop: asyncio.AbstractEventLoop, cap: int) -> None:
         """The in-flight table, the queues and the harvest arrays."""
         self._closed = False
-        self._pid = os.getpid()
-        self._thread = threading.get_ident()
+        # (process, thread) that made it.  (Ring keeps at most 29 attributes:
+        # more and CPython 3.11+ stops sharing instance dict keys, which slows
+        # every attribute access on the hot path by several per cent.)
+        self._owner = (os.getpid(), threading.get_ident())
         self._loop_ref = weakref.ref(loop)
         self._ops: dict[int, Op] = {}
         self._waiting: deque[Op] = deque()
@@ -293,6 +327,7 @@ class Ring:
         self._res = ffi.new("int32_t[]", cap)
         self._flags = ffi.new("uint32_t[]", cap)
         self._submitted = ffi.new("int *")
+        self._harvest = _Harvest()
         self.stats = {"submit_calls": 0, "wakeups": 0, "completions": 0, "backpressured": 0,
                       "cancels": 0, "resubmitted": 0}
 
@@ -524,20 +559,38 @@ class Ring:
         self._schedule_flush()
 
     def _flush(self) -> None:
-        self._eager_task = None
-        self._eager_left = 0
-        if self._closed:
+        try:
+            self._eager_task = None
+            self._eager_left = 0
+            if self._closed:
+                self._flush_handle = None
+                return
+            deferred = self._deferred
+            if deferred:
+                # Still flagged as flushing: what they start is queued, not eager.
+                callbacks = iter(deferred)
+                try:
+                    self._deferred = []
+                    for callback in callbacks:
+                        callback()
+                except BaseException:
+                    if self._deferred is not deferred:
+                        self._deferred[:0] = callbacks  # the others still run, at the next flush
+                    raise
             self._flush_handle = None
-            return
-        deferred = self._deferred
-        if deferred:
-            # Still flagged as flushing: what they start is queued, not eager.
-            self._deferred = []
-            for callback in deferred:
-                callback()
-        self._flush_handle = None
-        self._release_waiting()
-        self._submit_queued()
+            if self._harvest.stranded:
+                self._complete_stranded()
+            self._release_waiting()
+            self._submit_queued()
+        except BaseException as exc:
+            # A KeyboardInterrupt (raised at any line by the default SIGINT
+            # handler): the flush must come again, or nothing queued would
+            # ever reach the kernel.  (An error goes to the loop's handler,
+            # and the next operation schedules the flush.)
+            self._flush_handle = None
+            if not isinstance(exc, Exception):
+                self._schedule_flush()
+            raise
 
     def _submit_queued(self) -> None:
         """The flush's submit: what the iteration queued goes to the kernel."""
@@ -551,33 +604,53 @@ class Ring:
                 self._schedule_flush()  # the kernel stopped short of the batch
 
     def _submit(self) -> None:
-        n = lib.aior_submit_reap(self._ring, self._ud, self._res, self._flags, self._cap,
-                                 self._submitted)
-        self.stats["submit_calls"] += 1
-        ret = self._submitted[0]
-        if ret < 0:
-            if ret not in _RETRY_SUBMIT:
-                raise os_error(ret)
-            # The kernel could not take the SQEs now; they stay queued.
-            self._flush_handle = None
-            self._schedule_flush()
-        self._harvested(n)
+        n = self._harvest.reaped = lib.aior_submit_reap(self._ring, self._ud, self._res, self._flags,
+                                                        self._cap, self._submitted)
+        try:
+            self.stats["submit_calls"] += 1
+            ret = self._submitted[0]
+            if ret < 0:
+                if ret not in _RETRY_SUBMIT:
+                    raise os_error(ret)
+                # The kernel could not take the SQEs now; they stay queued.
+                self._flush_handle = None
+                self._schedule_flush()
+            self._harvested(n)
+        except BaseException:
+            self._strand_unharvested()
+            raise
 
     def _on_wakeup(self) -> None:
         if self._closed:
             return
-        self.stats["wakeups"] += 1
-        n = lib.aior_reap(self._ring, self._efd, self._ud, self._res, self._flags, self._cap)
-        if n < 0:
-            raise os_error(n)
-        self._harvested(n)
+        try:
+            self.stats["wakeups"] += 1
+            n = self._harvest.reaped = lib.aior_reap(self._ring, self._efd, self._ud, self._res,
+                                                     self._flags, self._cap)
+            if n < 0:
+                self._harvest.reaped = 0
+                raise os_error(n)
+            self._harvested(n)
+        except BaseException:
+            self._strand_unharvested()
+            raise
+
+    def _strand_unharvested(self) -> None:
+        """CQEs reaped into the arrays that _complete did not take yet (an
+        exception came in between): keep them for the next flush."""
+        n = self._harvest.reaped
+        if n > 0:
+            self._harvest.reaped = 0
+            self._harvest.stranded.extend(zip(ffi.unpack(self._ud, n), ffi.unpack(self._res, n), strict=True))
+            self._schedule_flush()
 
     def _harvested(self, n: int) -> None:
         while n:
             self._complete(n)
             if n < self._cap:
                 break
-            n = lib.aior_reap(self._ring, -1, self._ud, self._res, self._flags, self._cap)
+            n = self._harvest.reaped = lib.aior_reap(self._ring, -1, self._ud, self._res, self._flags,
+                                                     self._cap)
         if self._waiting:
             # The completions freed room (and a poll may have requeued an op):
             # the waiting ops go out with the next flush.
@@ -595,62 +668,112 @@ class Ring:
                 break
 
     # ------------------------------------------------------------ completing
-    def _complete(self, n: int) -> None:
-        self.stats["completions"] += n
-        ops = self._ops
-        for key, res in zip(ffi.unpack(self._ud, n), ffi.unpack(self._res, n), strict=True):
-            op = ops.pop(key, None)
-            if op is None or op is _CANCEL:
-                continue
-            if op.unbounded:
-                self._unbounded -= 1
-            if op.polling or (res == _EAGAIN and op.poll_mask):
-                if self._retry(op, res):
-                    continue
-                res = -errno.ECANCELED if res >= 0 else res
-            elif res == _ECANCELED and not op.cancelled and op.waiter is None:
-                # Nobody cancelled it: the kernel could not start a worker
-                # for it (io-wq fails to while a signal is pending).  Again.
-                op.state = _WAITING
-                self._waiting.appendleft(op)  # _harvested schedules the flush
-                self.stats["resubmitted"] += 1
-                continue
-            op.state = _DONE
-            op.res = res
-            sink = op.sink
-            if sink is not None:
-                sink(res)  # which may start op again
-                continue
-            keep = op.keep
-            fut = op.future
-            if fut is None:
-                continue  # completed inside the submit call: start()'s caller finishes it
-            if op.waiter is not None:
-                # The caller was cancelled and waits for this CQE (see settle).
-                if not op.waiter.done():
-                    op.waiter.set_result(None)
-                continue
-            finish = op.finish
-            if res >= 0 and finish is None:
-                try:
-                    fut.set_result(res)
-                except _InvalidStateError:
-                    continue  # cancelled; the caller's settle() finishes it
-            elif fut.done():
-                continue  # cancelled; the caller's settle() finishes it
-            elif res < 0 or finish is None:
-                fut.set_exception(os_error(res))
+    def _complete(self, n: int, stranded: list[tuple[int, int]] | None = None) -> None:
+        """Finish the ops of the n CQEs in self._ud and self._res (or of
+        the `stranded` CQEs)."""
+        harvest = self._harvest
+        batch: Iterator[tuple[int, int]] = _NOTHING
+        try:
+            if stranded is None:
+                self.stats["completions"] += n
+                batch, harvest.reaped = zip(ffi.unpack(self._ud, n), ffi.unpack(self._res, n), strict=True), 0
             else:
-                try:
-                    result = finish(op, res)
-                except BaseException as exc:
-                    fut.set_exception(exc)
+                batch = iter(stranded)
+            ops = self._ops
+            # Each step leaves what _strand needs, should it be interrupted.
+            for harvest.cqe in batch:
+                key, res = harvest.cqe
+                op = harvest.op = ops.pop(key, None)
+                if op is None or op is _CANCEL:
+                    continue
+                if op.unbounded:
+                    self._unbounded -= 1
+                if op.polling or (res == _EAGAIN and op.poll_mask):
+                    if self._retry(op, res):
+                        continue
+                    res = -errno.ECANCELED if res >= 0 else res
+                elif res == _ECANCELED and not op.cancelled and op.waiter is None:
+                    # Nobody cancelled it: the kernel could not start a worker
+                    # for it (io-wq fails to while a signal is pending).  Again.
+                    self._waiting.appendleft(op)  # _harvested schedules the flush
+                    op.state = _WAITING
+                    self.stats["resubmitted"] += 1
+                    continue
+                op.state = _DONE
+                op.res = res
+                sink = op.sink
+                if sink is not None:
+                    sink(res)  # which may start op again
+                    continue
+                keep = op.keep
+                fut = op.future
+                if fut is None:
+                    continue  # completed inside the submit call: start()'s caller finishes it
+                if op.waiter is not None:
+                    # The caller was cancelled and waits for this CQE (see settle).
+                    if not op.waiter.done():
+                        op.waiter.set_result(None)
+                    continue
+                finish = op.finish
+                if res >= 0 and finish is None:
+                    try:
+                        fut.set_result(res)
+                    except _InvalidStateError:
+                        continue  # cancelled; the caller's settle() finishes it
+                elif fut.done():
+                    continue  # cancelled; the caller's settle() finishes it
+                elif res < 0 or finish is None:
+                    fut.set_exception(os_error(res))
                 else:
-                    fut.set_result(result)
-            if keep is not None:
-                op.keep = None
-                if type(keep) is not tuple:
-                    _ffi_release(keep)
+                    try:
+                        result = finish(op, res)
+                    except Exception as exc:  # (a KeyboardInterrupt is the loop's, not the op's)
+                        fut.set_exception(exc)
+                    else:
+                        fut.set_result(result)
+                if keep is not None:
+                    op.keep = None
+                    if type(keep) is not tuple:
+                        _ffi_release(keep)
+        except BaseException:
+            if batch is _NOTHING and stranded is not None:
+                harvest.stranded[:0] = stranded  # (interrupted before it began)
+            self._strand(batch)
+            raise
+
+    def _strand(self, batch: Iterator[tuple[int, int]]) -> None:
+        """An exception escaped a completion (a KeyboardInterrupt, which the
+        default SIGINT handler raises at any line, or a sink's error): keep
+        the batch's other CQEs, and the one it interrupted if its op was not
+        handed on yet, for the next flush.  Their ops are never stranded."""
+        rest = list(batch)
+        cqe, self._harvest.cqe = self._harvest.cqe, None
+        op, self._harvest.op = self._harvest.op, None
+        if cqe is not None:
+            key = cqe[0]
+            if key in self._ops:  # not taken yet
+                rest.insert(0, cqe)
+            elif op is not None and op is not _CANCEL and op.key == key and _not_handed_on(op):
+                op.state = _SUBMITTED
+                self._ops[key] = op  # taken, not handed on yet
+                rest.insert(0, cqe)
+        # (the interrupted CQE may or may not have counted its op)
+        self._unbounded = sum(1 for o in self._ops.values() if o is not _CANCEL and o.unbounded)
+        if rest:
+            self._harvest.stranded.extend(rest)
+            self._schedule_flush()
+
+    def _complete_stranded(self) -> None:
+        stranded, self._harvest.stranded = self._harvest.stranded, []
+        self._complete(0, stranded)
+
+    def _drop_stranded(self) -> None:
+        """Closing: the stranded CQEs' ops end (their CQEs will not come again)."""
+        for key, res in self._harvest.stranded:
+            op = self._ops.pop(key, None)
+            if op is not None and op is not _CANCEL:
+                self._drop(op, res)
+        self._harvest.stranded = []
 
     def _retry(self, op: Op, res: int) -> bool:
         """-EAGAIN from a non-blocking fd: poll it, then try again.  True when requeued."""
@@ -773,11 +896,11 @@ class Ring:
         """
         if self._closed:
             return
-        if os.getpid() != self._pid:
+        if os.getpid() != self._owner[0]:
             self._abandon()
             return
         loop = self._loop_ref()
-        if loop is not None and loop.is_running() and threading.get_ident() != self._thread:
+        if loop is not None and loop.is_running() and threading.get_ident() != self._owner[1]:
             raise RuntimeError("a running loop's io_uring can only be closed from the loop's thread")
         self._closed = True
         _forget(self)
@@ -786,6 +909,7 @@ class Ring:
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
+        self._drop_stranded()
         while self._waiting:
             op = self._waiting.popleft()
             if op.state == _WAITING:
@@ -817,9 +941,11 @@ class Ring:
         os.close(self._efd)
 
     def _drain_once(self) -> bool:
-        """Block for at least one completion and drop what arrived; False on error."""
-        ret = lib.aior_wait(self._ring)
-        if ret < 0 and ret != -errno.ETIME:
+        """Block for at least one completion and drop what arrived; False on
+        error, or when none came for CLOSE_WAIT seconds (a CQE that will
+        never come: the close then keeps what is left, see close)."""
+        ret = lib.aior_wait(self._ring, int(CLOSE_WAIT * 1000))
+        if ret < 0:
             return False
         n = lib.aior_reap(self._ring, -1, self._ud, self._res, self._flags, self._cap)
         for key, res in zip(ffi.unpack(self._ud, n), ffi.unpack(self._res, n), strict=True):
@@ -899,7 +1025,7 @@ def _redeliver(task: asyncio.Task[Any], msg: Any, pending: int | None) -> None:
 
 # ---------------------------------------------------------------- registry
 _kept_forever: list[Op] = []  # ops of a ring whose drain failed: their memory is never freed
-_lock = threading.Lock()
+_lock = threading.RLock()  # (get_ring closes a ring it failed to register under it)
 _rings: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Ring] = weakref.WeakKeyDictionary()
 _last: Ring | None = None  # the ring found last: one attribute check on the hot path
 
@@ -983,13 +1109,20 @@ def get_ring(loop: asyncio.AbstractEventLoop | None = None, *, entries: int | No
             if ring is None or ring._closed:
                 if loop.is_closed():
                     raise RuntimeError("Event loop is closed")
-                if chosen_backend() == "threads":
-                    from ._threads import ThreadRing
-                    ring = ThreadRing(loop, DEFAULT_ENTRIES if entries is None else entries)
-                else:
-                    ring = Ring(loop, DEFAULT_ENTRIES if entries is None else entries)
-                _rings[loop] = ring
-                _wrap_loop_close(loop)
+                ring = None
+                try:  # (an interrupt part-way leaves no ring behind)
+                    if chosen_backend() == "threads":
+                        from ._threads import ThreadRing
+                        ring = ThreadRing(loop, DEFAULT_ENTRIES if entries is None else entries)
+                    else:
+                        ring = Ring(loop, DEFAULT_ENTRIES if entries is None else entries)
+                    _rings[loop] = ring
+                    _wrap_loop_close(loop)
+                except BaseException:
+                    if ring is not None:
+                        _rings.pop(loop, None)
+                        ring.close()
+                    raise
     _last = ring
     return ring
 
@@ -1035,7 +1168,7 @@ def _wrap_loop_close(loop: asyncio.AbstractEventLoop) -> None:
 
 def _after_fork_in_child() -> None:
     global _last, _lock
-    _lock = threading.Lock()  # another thread may have held it at the fork
+    _lock = threading.RLock()  # another thread may have held it at the fork
     rings = list(_rings.values())
     _rings.clear()
     _last = None

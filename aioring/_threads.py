@@ -454,11 +454,11 @@ class ThreadRing(Ring):
         interrupted and waited for (see the module docstring)."""
         if self._closed:
             return
-        if os.getpid() != self._pid:
+        if os.getpid() != self._owner[0]:
             self._abandon()
             return
         loop = self._loop_ref()
-        if loop is not None and loop.is_running() and threading.get_ident() != self._thread:
+        if loop is not None and loop.is_running() and threading.get_ident() != self._owner[1]:
             raise RuntimeError("a running loop's io_uring can only be closed from the loop's thread")
         with self._wake_lock:
             self._closed = True
@@ -470,6 +470,7 @@ class ThreadRing(Ring):
             self._flush_handle = None
         for watched in list(self._watched):
             self._unwatch(*watched)
+        self._drop_stranded()
         while self._waiting:
             op = self._waiting.popleft()
             if op.state != _DONE:

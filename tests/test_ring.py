@@ -472,3 +472,105 @@ async def test_reads_waiting_for_their_writes_never_hold_the_writes_back(pipes):
     got = await asyncio.wait_for(asyncio.gather(*reads, *writes), 30)
     assert got[:64] == [b"pipe %d" % i for i in range(64)]
     assert got[64:] == [len(b"pipe %d" % i) for i in range(64)]
+
+
+# ------------------------------------------------- KeyboardInterrupt anywhere
+# Python's default SIGINT handler raises KeyboardInterrupt at whatever line
+# the main thread runs, the ring's completion loop included.  The interrupt
+# must leave every other completion of the batch, and the one it landed in,
+# to be delivered when the loop runs again.
+_COMPLETE_LINES = {
+    "before an op is taken": "op = harvest.op = ops.pop(key, None)",
+    "after it was taken": "if op is None or op is _CANCEL:",
+    "before its result is made": "result = finish(op, res)",
+}
+
+
+@pytest.mark.parametrize("where", list(_COMPLETE_LINES))
+def test_a_keyboard_interrupt_in_the_completion_loop_loses_no_completion(new_loop, where):
+    import inspect
+    import sys
+
+    source, first = inspect.getsourcelines(_ring.Ring._complete)
+    target = first + next(i for i, line in enumerate(source) if _COMPLETE_LINES[where] in line)
+    code = _ring.Ring._complete.__code__
+    hits = 0
+
+    def local(frame, event, arg):
+        nonlocal hits
+        if event == "line" and frame.f_lineno == target:
+            hits += 1
+            if hits == 2:  # in the second completion handled
+                sys.settrace(None)
+                raise KeyboardInterrupt
+        return local
+
+    def tracer(frame, event, arg):
+        return local if frame.f_code is code else None
+
+    pipes = [os.pipe() for _ in range(8)]
+    loop = new_loop()
+    try:
+        async def start():
+            reads = asyncio.gather(*(aioring.read(r, 5) for r, _ in pipes))
+            await asyncio.sleep(0)  # the reads are in flight
+            return reads
+
+        reads = loop.run_until_complete(start())
+        for i, (_, w) in enumerate(pipes):
+            os.write(w, b"%05d" % i)
+        sys.settrace(tracer)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                loop.run_until_complete(reads)
+        finally:
+            sys.settrace(None)
+        assert hits == 2
+        got = loop.run_until_complete(asyncio.wait_for(reads, 10))  # (a hang detector)
+        assert got == [b"%05d" % i for i in range(8)]
+    finally:
+        loop.close()
+        for fds in pipes:
+            for fd in fds:
+                os.close(fd)
+
+
+_SETUP_LINES = {
+    "Ring.__init__": ("self._init_table(loop, self.cq_entries)", "add_reader(efd, self._on_wakeup)"),
+    "get_ring": ("_rings[loop] = ring", "_wrap_loop_close(loop)"),
+}
+
+
+@pytest.mark.backends("io_uring")
+@pytest.mark.parametrize("func, index", [(f, i) for f in _SETUP_LINES for i in range(2)])
+def test_a_keyboard_interrupt_while_a_ring_is_made_leaves_no_fd(new_loop, func, index):
+    import inspect
+    import sys
+
+    target_func = _ring.Ring.__init__ if func == "Ring.__init__" else _ring.get_ring
+    source, first = inspect.getsourcelines(target_func)
+    target = first + next(i for i, line in enumerate(source) if _SETUP_LINES[func][index] in line)
+    code = target_func.__code__
+
+    def local(frame, event, arg):
+        if event == "line" and frame.f_lineno == target:
+            sys.settrace(None)
+            raise KeyboardInterrupt
+        return local
+
+    def tracer(frame, event, arg):
+        return local if frame.f_code is code else None
+
+    loop = new_loop()
+    fds = set(os.listdir("/proc/self/fd"))
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _ring.get_ring(loop)
+    finally:
+        sys.settrace(None)
+    assert set(os.listdir("/proc/self/fd")) == fds
+    ring = _ring.get_ring(loop)  # a second try makes the ring
+    assert not ring.closed
+    loop.close()
+    assert set(os.listdir("/proc/self/fd")) <= fds  # (the loop's own fds went too)
