@@ -130,6 +130,22 @@ async def test_server_wait_closed_after_a_handler_swallowed_a_reset(impl, loop_e
     assert loop_errors == []
 
 
+async def _cancel_after_a_late_read(body, reader, peer) -> None:
+    """Run `body`, whose first await is a large read from `reader`; once that
+    read's CQE is in (its bytes arrived) but before the task ran again,
+    cancel it: the read returns them and the task owes the cancellation."""
+    task = asyncio.ensure_future(body)
+    await asyncio.sleep(0)  # the task's receive is in flight
+    read_op = reader._channel._read_op
+    assert read_op is not None
+    peer.sendall(b"hello")
+    while not read_op.future.done():  # the CQE is harvested; the task has not run yet
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 # ------------------------------------------------------------- cancellation
 async def test_close_after_a_late_read_result_does_not_raise(socks):
     """A receive straight into the caller's buffer whose task was cancelled
@@ -153,16 +169,7 @@ async def test_close_after_a_late_read_result_does_not_raise(socks):
         outcome.append("close() returned")
         await asyncio.sleep(0)  # the owed cancellation lands here
 
-    task = asyncio.ensure_future(body())
-    await asyncio.sleep(0)  # the task's receive is in flight
-    read_op = reader._channel._read_op
-    assert read_op is not None
-    b.sendall(b"hello")
-    while not read_op.future.done():  # the CQE is harvested; the task has not run yet
-        await asyncio.sleep(0)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await _cancel_after_a_late_read(body(), reader, b)
     await asyncio.wait_for(writer.wait_closed(), 5)
     b.settimeout(5)
     assert b.recv(100) == b"got:hello"
@@ -239,16 +246,7 @@ async def test_a_call_refused_for_an_owed_cancellation_leaves_the_buffer_resizab
             raise
         outcome.append("the owed cancellation was not raised")
 
-    task = asyncio.ensure_future(body())
-    await asyncio.sleep(0)  # the task's receive is in flight
-    read_op = reader._channel._read_op
-    assert read_op is not None
-    b.sendall(b"hello")
-    while not read_op.future.done():  # the CQE is harvested; the task has not run yet
-        await asyncio.sleep(0)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await _cancel_after_a_late_read(body(), reader, b)
     assert outcome == [False]
     await _close(writer)
 
