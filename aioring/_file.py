@@ -37,7 +37,7 @@ import io
 import operator
 import os
 import stat
-import tempfile
+import sys
 import warnings
 from typing import Any
 
@@ -234,6 +234,11 @@ class RingFileIO(io.FileIO):
                 chunk = bytes(memoryview(self._wbuf)[off:])
                 self._pos += len(chunk)
                 chunks.append(chunk)
+                # Read to its end: the window's bytes are the caller's now.
+                # Only where it ends stays known (a whole file read then
+                # holds one copy of the file, not two).
+                self._wbuf = bytearray()
+                self._wstart = self._pos
                 break
             chunk = self.read(max(io.DEFAULT_BUFFER_SIZE, len(self._wbuf) - off if off >= 0 else 0))
             if not chunk:
@@ -677,7 +682,8 @@ def _off_t(value: Any) -> int:
 def ring_raw(file: Any) -> RingFileIO | None:
     """The RingFileIO under a stdlib file object, or None for any other object."""
     obj = file
-    if isinstance(obj, tempfile._TemporaryFileWrapper):
+    tempfile = sys.modules.get("tempfile")  # (not imported: no such wrapper exists)
+    if tempfile is not None and isinstance(obj, tempfile._TemporaryFileWrapper):
         obj = obj.file
     for _ in range(3):
         if isinstance(obj, RingFileIO):
@@ -725,6 +731,32 @@ _MODE_FLAGS = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
                "x": os.O_WRONLY | os.O_CREAT | os.O_EXCL, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND}
 
 
+def check_open(file: Any, mode: str, buffering: int, encoding: str | None, errors: str | None,
+               newline: str | None, closefd: bool) -> None:
+    """Raise what builtin open raises for these arguments, without opening anything."""
+    if not isinstance(file, int):
+        os.fspath(file)  # TypeError as builtin open's
+    # Let builtin open check every argument (same exceptions, same messages):
+    # on fd -1 it gets as far as creating the FileIO and stops there.
+    try:
+        probe = open(-1, mode, buffering, encoding, errors, newline, closefd=False)
+    except ValueError as exc:
+        if str(exc) != "negative file descriptor":
+            raise
+    else:  # pragma: no cover - fd -1 never opens
+        probe.close()
+    if not closefd and not isinstance(file, int):
+        raise ValueError("Cannot use closefd=False with file name")
+    modes = set(mode)
+    if not modes & {"x", "r", "w", "a"}:  # FileIO's check, which the probe never reached
+        raise ValueError("Must have exactly one of create/read/write/append mode and at most one plus")
+    if "b" not in modes:
+        # And what builtin open checks only after opening: the text layer's arguments.
+        if buffering == 0:
+            raise ValueError("can't have unbuffered text I/O")
+        io.TextIOWrapper(io.BytesIO(), text_encoding(encoding), errors, newline)
+
+
 async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: str | None = None,
                      errors: str | None = None, newline: str | None = None, closefd: bool = True,
                      opener: Any = None) -> tuple[Any, bool]:
@@ -735,19 +767,7 @@ async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: 
     else (a FIFO, a terminal, a device) it is the stdlib's own FileIO, which
     the wrappers then drive from the executor as aiofiles does.
     """
-    if not isinstance(file, int):
-        os.fspath(file)  # TypeError as builtin open's
-    # Let builtin open check every argument (same exceptions, same messages):
-    # on fd -1 it gets as far as creating the FileIO and stops there.
-    try:
-        probe = open(-1, mode, buffering, encoding, errors, newline, closefd=False)  # noqa: ASYNC230 (fd -1: no I/O)
-    except ValueError as exc:
-        if str(exc) != "negative file descriptor":
-            raise
-    else:  # pragma: no cover - fd -1 never opens
-        probe.close()
-    if not closefd and not isinstance(file, int):
-        raise ValueError("Cannot use closefd=False with file name")
+    check_open(file, mode, buffering, encoding, errors, newline, closefd)
     modes = set(mode)
     rawmode = "".join(c for c in "xrwa" if c in modes) + ("+" if "+" in modes else "")
     binary = "b" in modes

@@ -190,10 +190,11 @@ async def encode_sockaddr(sock: socket.socket, address: Any, loop: asyncio.Abstr
             path = os.fsencode(address)
         else:
             raise TypeError(f"a bytes-like object is required, not '{type(address).__name__}'")
-        if len(path) > 107 + (path[:1] == b"\0"):
-            raise OSError(errno.EINVAL, "AF_UNIX path too long")
-        tail = b"" if path[:1] == b"\0" else b"\0"
-        return struct.pack("=H", socket.AF_UNIX) + path + tail, address
+        # As socket's own conversion: no NUL counted after a path, and an
+        # empty one is an abstract address (which autobinds).
+        if len(path) > 107 + (path[:1] in (b"\0", b"")):
+            raise OSError("AF_UNIX path too long")
+        return struct.pack("=H", socket.AF_UNIX) + path, address
     raise ValueError(f"address family {_family_name(family)} is not supported")
 
 
@@ -475,6 +476,8 @@ async def sock_sendfile(sock: socket.socket, file: Any, offset: int = 0, count: 
 
 
 async def _sendfile_by_copy(sock: socket.socket, file: Any, offset: int, count: int | None) -> int:
+    if not callable(getattr(file, "readinto", None)):
+        raise TypeError(f"file must be a binary file object, not {type(file).__name__}")
     loop = _get_running_loop()
     total = 0
     try:

@@ -1,7 +1,7 @@
 """L2: fd-level operations, one function per opcode.
 
 Each function checks its arguments completely before anything reaches the
-ring (TypeError and ValueError never leave an SQE behind), exports the buffer
+ring (a bad argument never leaves an SQE behind), exports the buffer
 the kernel will touch, and hands the ring a finish function for the CQE.
 
 A read or write at offset -1 (the fd's position: pipes, sockets, terminals)
@@ -15,7 +15,9 @@ the kernel completes by itself, and they wait their turn.
 from __future__ import annotations
 
 import asyncio
+import errno
 import operator
+import os
 import select
 from typing import Any
 
@@ -50,24 +52,34 @@ _get_running_loop = asyncio.get_running_loop
 _alloc = ffi.new_allocator(should_clear_after_alloc=False)
 
 
-def check_fd(fd: Any) -> int:
-    fd = operator.index(fd)
-    if not _INT_MIN <= fd <= _INT_MAX:
-        raise OverflowError("fd is out of range for a C int")
-    return fd
+def check_int(value: Any, name: str = "fd") -> int:
+    """`value` as a C int: TypeError and OverflowError as os's functions raise them."""
+    value = operator.index(value)
+    if not _INT_MIN <= value <= _INT_MAX:
+        raise OverflowError(f"{name} is out of range for a C int")
+    return value
+
+
+check_fd = check_int
+
+
+def _einval() -> OSError:
+    """What os.read, os.pread and os.ftruncate raise for a negative size or offset."""
+    return OSError(errno.EINVAL, os.strerror(errno.EINVAL))
 
 
 def check_size(size: Any) -> int:
     size = operator.index(size)
     if size < 0:
-        raise ValueError(f"size must be non-negative, not {size}")
+        raise _einval()
     return size
 
 
 def check_offset(offset: Any) -> int:
+    """-1 (the fd's own position, as os.read and os.write) or an offset (os.pread)."""
     offset = operator.index(offset)
     if offset < -1:
-        raise ValueError(f"offset must be -1 (the current position) or non-negative, not {offset}")
+        raise _einval()
     if offset > _OFF_MAX:
         raise OverflowError("offset is too large")
     return offset
@@ -89,8 +101,15 @@ def readable_buffer(data: Any) -> Any:
     try:
         return _from_buffer(_CHARS, data, False)
     except (TypeError, BufferError, ValueError):
-        raise TypeError("a contiguous bytes-like object is required, "
-                        f"not {type(data).__name__!r}") from None
+        pass
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise TypeError(f"a bytes-like object is required, not {type(data).__name__!r}") from None
+    with view:
+        if not view.c_contiguous:  # what os.write and socket.send raise
+            raise BufferError("memoryview: underlying buffer is not C-contiguous")
+    raise TypeError(f"a contiguous bytes-like object is required, not {type(data).__name__!r}")
 
 
 async def result(ring: Ring, op: Op) -> Any:
@@ -115,9 +134,11 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
 
     Returns what the kernel delivered, b"" at end of file.  On a pipe or a
     socket the kernel ignores the offset (io_uring does not raise ESPIPE as
-    os.pread does).  Raises TypeError or ValueError for bad arguments before
-    submitting anything, and the OSError subclass of the kernel's errno
-    (EBADF for a closed fd, EISDIR for a directory, ...).
+    os.pread does).  Bad arguments raise what os.read or os.pread raises
+    (TypeError, OverflowError, OSError EINVAL for a negative size or an
+    offset below -1) before anything is submitted; the kernel's errors come
+    as the OSError subclass of their errno (EBADF for a closed fd, EISDIR
+    for a directory, ...).
     """
     fd = check_fd(fd)
     size = check_size(size)
@@ -136,8 +157,8 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     Returns the number of bytes read, 0 at end of file, like os.readv.  The
     buffer belongs to the kernel until this returns or raises; a bytearray
     cannot be resized meanwhile.  Raises TypeError for a read-only or
-    non-buffer object, ValueError for an offset below -1, OSError from the
-    kernel.
+    non-buffer object (as FileIO.readinto), OSError EINVAL for an offset
+    below -1 (as os.preadv), OSError from the kernel.
     """
     if type(fd) is not int or not _INT_MIN <= fd <= _INT_MAX:
         fd = check_fd(fd)
@@ -168,8 +189,9 @@ async def write(fd: int, data: Any, offset: int = -1) -> int:
     """Write `data` (any bytes-like object) to `fd`, like os.write or os.pwrite.
 
     Returns the number of bytes written, which may be fewer than len(data).
-    Raises TypeError for a str or non-buffer, ValueError for an offset below
-    -1, OSError from the kernel (EPIPE as BrokenPipeError, EBADF, ...).
+    Raises TypeError for a str or non-buffer, BufferError for a
+    non-contiguous one (as os.write), OSError EINVAL for an offset below -1
+    (as os.pwrite), OSError from the kernel (EPIPE as BrokenPipeError, ...).
     """
     fd = check_fd(fd)
     offset = check_offset(offset)

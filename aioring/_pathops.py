@@ -21,7 +21,7 @@ from typing import Any
 from collections.abc import Callable
 
 from ._liburing import ffi, lib
-from ._ops import check_fd, check_size, result
+from ._ops import check_fd, check_int, check_size, result
 from ._ring import Op, Ring, get_ring, os_error
 
 __all__ = ["close", "fallocate", "ftruncate", "link", "lstat", "mkdir", "open", "rename", "replace", "rmdir",
@@ -79,7 +79,8 @@ def _finish_none(op: Op, res: int) -> None:
 async def open(path: Path, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
     """os.open through IORING_OP_OPENAT: the new fd is non-inheritable, as os.open's."""
     encoded = _encode(path, "open")
-    flags = int(flags) | os.O_CLOEXEC
+    flags = check_int(flags, "flags") | os.O_CLOEXEC
+    mode = check_int(mode, "mode")
     dfd = _dir_fd(dir_fd)
     fallback = functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)
     return await _call(lib.IORING_OP_OPENAT, fallback, lib.aior_prep_openat,
@@ -127,11 +128,12 @@ async def stat(path: Path | int, *, dir_fd: int | None = None,
                follow_symlinks: bool = True) -> os.stat_result:
     """os.stat: an O_PATH open through IORING_OP_OPENAT and an fstat of it
     (IORING_OP_STATX when no fd is left, or for an int path, which is an fd)."""
+    name: Any = path  # os.stat's errors name the fd too
     if isinstance(path, int):
         fd = check_fd(path)
-        encoded, dfd, flags, name = b"", fd, lib.AT_EMPTY_PATH, None
+        encoded, dfd, flags = b"", fd, lib.AT_EMPTY_PATH
     else:
-        encoded, dfd, name = _encode(path, "stat"), _dir_fd(dir_fd), path
+        encoded, dfd = _encode(path, "stat"), _dir_fd(dir_fd)
         flags = 0 if follow_symlinks else lib.AT_SYMLINK_NOFOLLOW
         loop = asyncio.get_running_loop()
         ring = get_ring(loop)
@@ -201,9 +203,9 @@ async def replace(src: Path, dst: Path, *, src_dir_fd: int | None = None,
 
 async def mkdir(path: Path, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
     """os.mkdir through IORING_OP_MKDIRAT."""
+    args = (_dir_fd(dir_fd), _encode(path, "mkdir"), check_int(mode, "mode"))
     fallback = functools.partial(os.mkdir, path, mode, dir_fd=dir_fd)
-    await _call(lib.IORING_OP_MKDIRAT, fallback, lib.aior_prep_mkdirat,
-                (_dir_fd(dir_fd), _encode(path, "mkdir"), mode), finish=_finish_none,
+    await _call(lib.IORING_OP_MKDIRAT, fallback, lib.aior_prep_mkdirat, args, finish=_finish_none,
                 filename=path)
 
 

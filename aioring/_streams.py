@@ -869,6 +869,16 @@ def _check_given_socket(sock: socket.socket, host: Any, port: Any) -> None:
         raise ValueError(f"A Stream Socket was expected, got {sock!r}")
 
 
+def _check_port(port: Any, func: str) -> None:
+    """What asyncio's loop raises for a bad port, whatever the loop's getaddrinfo
+    would do (uvloop's raises TypeError; libc's wraps 70000 around to 4464)."""
+    if isinstance(port, int):
+        if not 0 <= port <= 65535:
+            raise OverflowError(f"{func}(): port must be 0-65535.")
+    elif port is not None and not isinstance(port, (str, bytes)):
+        raise OSError("Int or String expected")
+
+
 def _check_limit(limit: int) -> None:
     if limit <= 0:  # asyncio.StreamReader's check, made before anything connects
         raise ValueError("Limit cannot be <= 0")
@@ -906,6 +916,7 @@ async def open_connection(host: str | None = None, port: int | str | None = None
         return _streams_for(sock, limit, loop)
     if host is None and port is None:
         raise ValueError("host and port was not specified and no sock specified")
+    _check_port(port, "connect")
     infos = await loop.getaddrinfo(host, port, family=family, type=socket.SOCK_STREAM, proto=proto,
                                    flags=flags)
     if not infos:
@@ -1219,6 +1230,7 @@ async def _listeners(loop: asyncio.AbstractEventLoop, host: Any, port: Any, fami
         hosts = [host]
     else:
         hosts = list(host)
+    _check_port(port, "bind")
     infos = set()
     for h in hosts:
         found = await loop.getaddrinfo(h, port, family=family, type=socket.SOCK_STREAM, flags=flags)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import os
 import queue
 import signal
@@ -84,6 +85,16 @@ _FD_AT = {lib.aior_prep_accept: 0, lib.aior_prep_connect: 0, lib.aior_prep_shutd
 _POLLIN = 1
 _POLLOUT = 4
 _ECANCELED = -errno.ECANCELED
+
+
+def _open_for(fd: int, mask: int) -> bool:
+    """Whether `fd` is open for reading (mask POLLIN) or writing (POLLOUT):
+    what the kernel checks first in a read or write, and fails with EBADF."""
+    try:
+        mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+    except (OSError, ValueError):  # closed, or -1
+        return False
+    return mode != (os.O_WRONLY if mask & _POLLIN else os.O_RDONLY)
 
 
 def opcode_of(op: Op) -> int:
@@ -309,6 +320,8 @@ class ThreadRing(Ring):
                 fd = args[0]
             if inline and not lib.aior_fd_may_block(fd):
                 self._finish(key, twin(*args))
+            elif inline and op.unbounded and op.poll_mask and not _open_for(fd, op.poll_mask):
+                self._finish(key, -errno.EBADF)  # a read of a write-only fd would never be ready
             elif inline and op.unbounded and op.poll_mask and not op.readied:
                 # It may wait for a peer on a blocking fd: wait for readiness
                 # in the loop first, so that no worker blocks on it (a pool

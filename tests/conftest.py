@@ -91,6 +91,13 @@ def loop_errors() -> list[dict[str, Any]]:
     return _loop_errors
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # What imports and collection made lives as long as the session: the
+    # collection after every test (below) need not trace it each time.
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     result = yield

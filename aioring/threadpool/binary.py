@@ -16,9 +16,15 @@ __all__ = ["AsyncBufferedIOBase", "AsyncBufferedReader", "AsyncFileIO", "AsyncIn
 _NL = (b"\n",)
 
 
-def _nbytes(b: Any) -> int:
-    with memoryview(b) as m:
-        return m.nbytes
+def _room(b: Any) -> int | None:
+    """The bytes readinto(b) may fill; None when the stdlib's readinto refuses
+    `b` (no buffer, read-only, not contiguous): then nothing is prefetched."""
+    try:
+        m = memoryview(b)
+    except TypeError:
+        return None
+    with m:
+        return None if m.readonly or not m.c_contiguous else m.nbytes
 
 
 class _BinaryBase(AsyncFileBase):
@@ -70,11 +76,15 @@ class _BinaryBase(AsyncFileBase):
         n = -1 if n is None else n.__index__()
         return ("range", min(t, rpos), max(t, rpos) + max(n, raw.bufsize) + 1)
 
+    def _readinto_plan(self, b: Any) -> Plan:
+        room = _room(b)
+        return None if room is None else self._plan(self._read_plan, room)
+
     def _replan(self, name: Any, args: tuple[Any, ...]) -> Plan:
         if name in ("read", "readall"):
             return self._plan(self._read_plan, args[0] if args else -1)
         if name == "readinto":
-            return self._plan(self._read_plan, _nbytes(args[0]))
+            return self._readinto_plan(args[0])
         if name == "readline":
             return self._plan(self._line_plan, args[0])
         if name == "readlines":
@@ -88,7 +98,7 @@ class _BinaryBase(AsyncFileBase):
         return await self._call("read", self._plan(self._read_plan, size), size)
 
     async def readinto(self, b: Any) -> int:
-        return await self._call("readinto", self._plan(self._read_plan, _nbytes(b)), b)
+        return await self._call("readinto", self._readinto_plan(b), b)
 
     async def readline(self, size: Any = -1) -> bytes:
         return await self._call("readline", self._plan(self._line_plan, size), size)
@@ -133,7 +143,7 @@ class AsyncBufferedIOBase(_BinaryBase):
                     if not view.readonly and view.nbytes >= _DIRECT_READ:
                         with view.cast("B") as out:
                             return await self._readinto_direct(raw, out)
-        return await self._call("readinto", self._plan(self._read_plan, _nbytes(b)), b)
+        return await self._call("readinto", self._readinto_plan(b), b)
 
     async def _read_direct(self, raw: RingFileIO, n: int) -> bytes:
         """A large read with nothing buffered: the whole blocks that
