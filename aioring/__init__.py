@@ -6,7 +6,9 @@ uvloop.  `import aioring as aiofiles` gives code written for aiofiles the
 same API with its I/O on the ring.
 """
 
-from . import tempfile, threadpool
+from typing import TYPE_CHECKING
+
+from . import threadpool
 from ._backend import backend, statistics
 from ._net import (sock_accept, sock_connect, sock_recv, sock_recv_into, sock_recvfrom,
                    sock_recvfrom_into, sock_sendall, sock_sendfile, sock_sendto)
@@ -22,3 +24,15 @@ __all__ = ["Server", "StreamReader", "StreamWriter", "backend", "fsync", "open",
            "start_unix_server", "statistics", "stderr", "stderr_bytes", "stdin", "stdin_bytes",
            "stdout", "stdout_bytes", "tempfile", "threadpool", "write"]
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from . import tempfile
+else:
+    def __getattr__(name: str) -> object:
+        # aioring.tempfile (and with it the stdlib's tempfile, random, shutil)
+        # is imported when first used: a program that never makes temporary
+        # files does not carry them.
+        if name == "tempfile":
+            import importlib
+            return importlib.import_module(".tempfile", __name__)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

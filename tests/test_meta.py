@@ -21,3 +21,13 @@ async def test_loop_exception_handler_calls_are_recorded(loop_errors):
     loop.call_exception_handler({"message": "boom"})
     assert [ctx["message"] for ctx in loop_errors] == ["boom"]
     loop_errors.clear()
+
+
+def test_import_aioring_leaves_tempfile_until_it_is_used():
+    import subprocess
+    import sys
+    code = ("import sys, aioring; assert 'tempfile' not in sys.modules, 'imported at once'; "
+            "assert aioring.tempfile.TemporaryFile and 'tempfile' in sys.modules; "
+            "from aioring import tempfile; import aioring as aiofiles; "
+            "assert aiofiles.tempfile is tempfile")
+    subprocess.run([sys.executable, "-c", code], check=True)

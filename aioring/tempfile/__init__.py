@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any
 
 from .. import _pathops
-from .._file import open_stack, text_encoding
+from .._file import check_open, open_stack, text_encoding
 from ..base import AiofilesContextManager
 from ..threadpool import wrap as _wrap_io
 from .temptypes import AsyncSpooledTemporaryFile, AsyncTemporaryDirectory
@@ -107,6 +107,7 @@ async def create_unnamed(mode: str, buffering: int, encoding: str | None, newlin
                          suffix: Any, prefix: Any, dir: Any,
                          errors: str | None = None) -> Any:
     """The stdlib object tempfile.TemporaryFile returns, opened on the ring."""
+    check_open(0, mode, buffering, encoding, errors, newline, True)  # before the file exists
     if "b" not in mode:
         encoding = _encoding(encoding)
     prefix, suffix, dir, _ = _tempfile._sanitize_params(prefix, suffix, dir)  # type: ignore[attr-defined]
@@ -141,6 +142,7 @@ async def _temporary_file(named: bool, mode: str, buffering: int, encoding: str 
     if not named:
         file = await create_unnamed(mode, buffering, encoding, newline, suffix, prefix, dir)
         return _wrap_io(file, loop=loop, executor=executor)
+    check_open(0, mode, buffering, encoding, None, newline, True)
     if "b" not in mode:
         encoding = _encoding(encoding)
     prefix, suffix, dir, _ = _tempfile._sanitize_params(prefix, suffix, dir)  # type: ignore[attr-defined]
