@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import errno
+import itertools
 import os
 import socket
 import stat
@@ -74,6 +75,9 @@ _WRITE = lib.IORING_OP_WRITE
 _WRITEV = lib.IORING_OP_WRITEV
 _SENDMSG = lib.IORING_OP_SENDMSG
 _SEND_FLAGS = lib.MSG_NOSIGNAL | lib.MSG_WAITALL
+_DIRECT_SEND_FLAGS = socket.MSG_NOSIGNAL | socket.MSG_DONTWAIT
+_RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 8)
+_NO_DIRECT = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS})
 _WAITALL = lib.MSG_WAITALL
 _POLLIN = 1
 _POLLOUT = 4
@@ -136,6 +140,10 @@ class _Channel:
         self._low = _HIGH_WATER // 4
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._send_soon = False
+        # Sends are tried at once without waiting (MSG_DONTWAIT, RWF_NOWAIT):
+        # the kernel takes most of them there and then, and a ring op costs
+        # more Python than the system call.  Off where the kernel refuses it.
+        self._direct = True
         # Copies of large mutable buffers: (stream offset of their end, memory).
         self._pooled: collections.deque[tuple[int, Any]] = collections.deque()
         self._spare: Any = None
@@ -375,6 +383,14 @@ class _Channel:
                 joined = b"".join(pending)
                 pending.clear()
                 pending.append(joined)
+            if self._direct:
+                res = self._send_directly()
+                if res is not None:
+                    self._sent(res)
+                    if self._pending:
+                        continue  # the rest: most likely the ring's, the kernel being full
+                    self._after_send()
+                    return
             op = self._send_op_obj
             if len(pending) == 1:
                 data = pending[0]
@@ -419,12 +435,38 @@ class _Channel:
                     self._send_keep = None
                 raise
 
+    def _send_directly(self) -> int | None:
+        """One send without waiting: the bytes the kernel took, -errno, or
+        None when it would have to wait (the ring's turn)."""
+        pending = self._pending
+        try:
+            if not self._is_socket:
+                return os.pwritev(self._fd, list(itertools.islice(pending, _IOV_MAX)), -1, _RWF_NOWAIT)
+            if len(pending) == 1:
+                return int(self._owner.send(pending[0], _DIRECT_SEND_FLAGS))
+            return int(self._owner.sendmsg(list(itertools.islice(pending, _IOV_MAX)), (),
+                                           _DIRECT_SEND_FLAGS))
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            if exc.errno is not None and exc.errno not in _NO_DIRECT:
+                return -exc.errno
+            self._direct = False  # (a kernel without RWF_NOWAIT for pipes)
+        except (TypeError, ValueError, AttributeError):
+            self._direct = False  # not a plain socket or fd: the ring only
+        return None
+
     def _send_finished(self, res: int) -> None:
         """The CQE of the send in flight (the ring's sink)."""
         self._send_op_obj.args = ()  # (what it sent may be large)
         self._send_op = None
         self._inflight -= 1
         self._send_keep = None
+        self._sent(res)
+        self._after_send()
+
+    def _sent(self, res: int) -> None:
+        """Account for a send's result: drop what the kernel took, or fail the writer."""
         if res >= 0:
             if not self._aborted:  # (else the data was dropped already)
                 self._sent_total += res
@@ -452,6 +494,8 @@ class _Channel:
                 self._write_exc = os_error(res)
                 if not self._closing:
                     self.abort()  # as asyncio's transport: a failed send ends the connection
+
+    def _after_send(self) -> None:
         if self._drain_waiters:
             self._wake_drainers()
         if not self._pending:

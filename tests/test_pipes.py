@@ -169,6 +169,43 @@ async def test_writing_to_a_pipe_without_reader(blocking, loop_errors):
     assert loop_errors == []
 
 
+async def test_a_write_with_room_in_the_pipe_goes_out_at_once():
+    r, w = os.pipe()
+    writer = await aioring.open_pipe_writer(w)
+    try:
+        os.set_blocking(r, False)
+        before = statistics()["in_flight"], statistics()["completions"]
+        writer.write(b"small")
+        await writer.drain()
+        await asyncio.sleep(0)  # the iteration's writes leave at its end (one step of the loop)
+        assert os.read(r, 100) == b"small"
+        assert (statistics()["in_flight"], statistics()["completions"]) == before  # no ring op for it
+    finally:
+        writer.close()
+        await writer.wait_closed()
+        os.close(r)
+
+
+async def test_a_kernel_without_nowait_pipe_writes_sends_through_the_ring(monkeypatch):
+    from aioring import _streams
+    # An unknown flag: pwritev2 answers EOPNOTSUPP, as a kernel whose pipes lack RWF_NOWAIT does.
+    monkeypatch.setattr(_streams, "_RWF_NOWAIT", 1 << 30)
+    r, w = os.pipe()
+    writer = await aioring.open_pipe_writer(w)
+    reader = await aioring.open_pipe_reader(r)
+    payload = _payload(3 * MiB)
+    writer.write(b"header")
+    writer.write(payload)
+    got = asyncio.ensure_future(reader.readexactly(6 + len(payload)))
+    await writer.drain()
+    assert await got == b"header" + payload
+    assert not writer.transport._direct
+    writer.close()
+    await writer.wait_closed()
+    reader.close()
+    await reader.wait_closed()
+
+
 async def test_pipe_writer_drain_waits_for_the_reader():
     r, w = os.pipe()
     writer = await aioring.open_pipe_writer(w)
