@@ -134,8 +134,8 @@ class AsyncBase:
             else:
                 await raw.fill_line(plan[1], min(plan[2], limit), plan[3], plan[4],
                                     min(plan[5], limit))
-        if pace():
-            await asyncio.sleep(0)
+        if name not in _ENDING and pace():
+            await asyncio.sleep(0)  # never before a close: one cancelled here would not close
         raw._defer = True
         try:
             result = (getattr(file, name) if isinstance(name, str) else name)(*args)
@@ -147,6 +147,9 @@ class AsyncBase:
             finally:
                 raw.end_call()
         return result
+
+
+_ENDING = ("close", "__exit__")
 
 
 class AsyncFileBase(AsyncBase):

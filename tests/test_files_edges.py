@@ -169,6 +169,35 @@ async def test_cancelled_close_under_backpressure_closes_the_fd(disk_dir: str) -
     assert _fds() == before
 
 
+@pytest.mark.parametrize("how", ["close", "async with"])
+async def test_a_close_cancelled_at_its_first_step_still_closes_the_fd(disk_dir: str, how: str) -> None:
+    """A file call yields to the loop now and then (fairness).  A close must
+    not: cancelled there, it would not have begun, and the fd would stay
+    open while the file object lives."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(b"x")
+    before = _fds()
+    opening = aioring.open(path, "ab")
+    f = await opening.__aenter__()
+    await f.write(b"y")
+    fd = f.fileno()
+    _file._unyielded[0] = _file.YIELD_EVERY - 1  # the next call is the one that would yield
+    closing = asyncio.ensure_future(f.close() if how == "close" else opening.__aexit__(None, None, None))
+    await asyncio.sleep(0)
+    closing.cancel()
+    try:
+        await closing
+    except asyncio.CancelledError:
+        pass
+    still_open = os.path.exists(f"/proc/self/fd/{fd}") and os.readlink(f"/proc/self/fd/{fd}") == str(path)
+    if still_open:
+        os.close(fd)
+    assert not still_open
+    assert f.closed
+    assert path.read_bytes() == b"xy"
+    assert _fds() == before
+
+
 # -- cancellation ----------------------------------------------------------------
 
 @pytest.mark.parametrize("buffering", [0, -1])
