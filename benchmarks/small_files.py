@@ -518,6 +518,20 @@ def parse_files(text: str) -> list[int]:
     return counts
 
 
+def cache_bytecode(packages: Sequence[str]) -> None:
+    """Compile each library's bytecode where it is missing, as installing a
+    package does: a child that compiles a library's source at import (an
+    editable install under PYTHONDONTWRITEBYTECODE, say) would count the
+    compiler's memory in that library's RSS."""
+    import compileall
+    import importlib.util
+
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            compileall.compile_dir(location, quiet=2)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
@@ -584,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("error: no variant left to run")
     for note in skipped:
         log("note: " + note)
+    cache_bytecode([v for v in variants if v != "open"])
 
     sizes = make_files(args.data_dir, max(files), args.seed)
     configs = [(v, lp) for v in variants for lp in loops]
