@@ -371,11 +371,43 @@ class _Channel:
 
     def _send_now(self) -> None:
         self._send_soon = False
-        if self._send_op is None:
-            self._send()
+        if self._send_op is not None:
+            return
+        pending = self._pending
+        if (len(pending) == 1 and self._pending_size <= _JOIN_MAX and self._direct
+                and self._write_exc is None and not self._closing and not self._pooled):
+            # The common case, in short: one small write (or the iteration's
+            # writes joined) that the kernel takes whole, there and then.
+            data = pending[0]
+            try:
+                if self._is_socket:
+                    n = self._owner.send(data, _DIRECT_SEND_FLAGS)
+                else:
+                    n = os.pwritev(self._fd, pending, -1, _RWF_NOWAIT)
+            except BlockingIOError:
+                self._send(False)  # the kernel is full: the ring waits for room
+                return
+            except (OSError, TypeError, ValueError, AttributeError):
+                n = -1  # _send tells these apart
+            if n == self._pending_size:
+                pending.clear()
+                self._pending_size = 0
+                self._sent_total += n
+                if self._drain_waiters:
+                    self._wake_drainers()
+                if self._eof_wanted:
+                    self._after_send()
+                return
+            if n > 0:  # part of it: the kernel is full
+                self._sent(n)
+                self._send(False)
+                return
+        self._send()
 
-    def _send(self) -> None:
-        """Hand the pending data to the kernel; go on while sends complete at once."""
+    def _send(self, direct: bool = True) -> None:
+        """Hand the pending data to the kernel; go on while sends complete at once.
+        Each send is tried without waiting first, unless `direct` is False (the
+        caller's own try just found the kernel full)."""
         while self._pending and self._send_op is None and self._write_exc is None:
             pending = self._pending
             if len(pending) > 1 and self._pending_size <= _JOIN_MAX:
@@ -383,7 +415,7 @@ class _Channel:
                 joined = b"".join(pending)
                 pending.clear()
                 pending.append(joined)
-            if self._direct:
+            if direct and self._direct:
                 res = self._send_directly()
                 if res is not None:
                     self._sent(res)

@@ -206,6 +206,42 @@ async def test_a_kernel_without_nowait_pipe_writes_sends_through_the_ring(monkey
     await reader.wait_closed()
 
 
+@pytest.mark.parametrize("room", [0, 100, 4096 + 100])
+async def test_small_writes_into_a_nearly_full_pipe_arrive_whole_and_in_order(room):
+    """A write the pipe has no room for (EAGAIN), room for a part of (a short
+    write above PIPE_BUF), or just enough for: what the kernel did not take
+    waits in the ring for the reader, and the stream stays in order."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    filler = b"f" * (1 << 20)
+    prefilled = 0
+    while True:  # fill the pipe to the brim, whatever its size
+        try:
+            prefilled += os.write(w, filler)
+        except BlockingIOError:
+            break
+    os.set_blocking(w, True)
+    freed = b""
+    while len(freed) < room:  # make `room` bytes of room (whole pages of it)
+        freed += os.read(r, room - len(freed))
+    writer = await aioring.open_pipe_writer(w)
+    reader = await aioring.open_pipe_reader(r)
+    messages = [_payload(n) for n in (1000, 9000, 1, 16 * 1024)]
+    for m in messages:
+        writer.write(m)
+        await writer.drain()
+        await asyncio.sleep(0)  # each write leaves alone, at the end of its own iteration
+    writer.write(b"end")
+    got = asyncio.ensure_future(reader.readexactly(prefilled - len(freed) + sum(map(len, messages)) + 3))
+    await writer.drain()
+    assert await got == filler[:1] * (prefilled - len(freed)) + b"".join(messages) + b"end"
+    writer.close()
+    await writer.wait_closed()
+    assert await reader.read() == b""
+    reader.close()
+    await reader.wait_closed()
+
+
 async def test_pipe_writer_drain_waits_for_the_reader():
     r, w = os.pipe()
     writer = await aioring.open_pipe_writer(w)
