@@ -374,11 +374,16 @@ class _Channel:
         if self._send_op is not None:
             return
         pending = self._pending
-        if (len(pending) == 1 and self._pending_size <= _JOIN_MAX and self._direct
-                and self._write_exc is None and not self._closing and not self._pooled):
-            # The common case, in short: one small write (or the iteration's
-            # writes joined) that the kernel takes whole, there and then.
-            data = pending[0]
+        if (self._pending_size <= _JOIN_MAX and self._direct and self._write_exc is None
+                and not self._closing and not self._pooled and pending):
+            # The common case, in short: the iteration's small writes, joined,
+            # that the kernel takes whole, there and then.
+            if len(pending) == 1:
+                data = pending[0]
+            else:
+                data = b"".join(pending)
+                pending.clear()
+                pending.append(data)
             try:
                 if self._is_socket:
                     n = self._owner.send(data, _DIRECT_SEND_FLAGS)
