@@ -10,11 +10,7 @@ from typing import TYPE_CHECKING
 
 from . import threadpool
 from ._backend import backend, statistics
-from ._net import (sock_accept, sock_connect, sock_recv, sock_recv_into, sock_recvfrom,
-                   sock_recvfrom_into, sock_sendall, sock_sendfile, sock_sendto)
 from ._ops import fsync, read, readinto, write
-from ._streams import (Server, StreamReader, StreamWriter, open_connection, open_pipe_reader,
-                       open_pipe_writer, open_unix_connection, start_server, start_unix_server)
 from .threadpool import open, stderr, stderr_bytes, stdin, stdin_bytes, stdout, stdout_bytes
 
 __all__ = ["Server", "StreamReader", "StreamWriter", "backend", "fsync", "open", "open_connection",
@@ -25,14 +21,35 @@ __all__ = ["Server", "StreamReader", "StreamWriter", "backend", "fsync", "open",
            "stdout", "stdout_bytes", "tempfile", "threadpool", "write"]
 __version__ = "0.1.0"
 
+# Sockets, streams and aioring.tempfile (and with it the stdlib's tempfile,
+# random, shutil) are imported when first used: a program that only reads
+# files does not carry them.
+_LAZY = {
+    **dict.fromkeys(["sock_accept", "sock_connect", "sock_recv", "sock_recv_into", "sock_recvfrom",
+                     "sock_recvfrom_into", "sock_sendall", "sock_sendfile", "sock_sendto"], "._net"),
+    **dict.fromkeys(["Server", "StreamReader", "StreamWriter", "open_connection", "open_pipe_reader",
+                     "open_pipe_writer", "open_unix_connection", "start_server", "start_unix_server"],
+                    "._streams"),
+}
+
 if TYPE_CHECKING:
     from . import tempfile
+    from ._net import (sock_accept, sock_connect, sock_recv, sock_recv_into, sock_recvfrom,
+                       sock_recvfrom_into, sock_sendall, sock_sendfile, sock_sendto)
+    from ._streams import (Server, StreamReader, StreamWriter, open_connection, open_pipe_reader,
+                           open_pipe_writer, open_unix_connection, start_server, start_unix_server)
 else:
     def __getattr__(name: str) -> object:
-        # aioring.tempfile (and with it the stdlib's tempfile, random, shutil)
-        # is imported when first used: a program that never makes temporary
-        # files does not carry them.
+        import importlib
         if name == "tempfile":
-            import importlib
             return importlib.import_module(".tempfile", __name__)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        where = _LAZY.get(name)
+        if where is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(where, __name__), name)
+        globals()[name] = value  # found directly from now on
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

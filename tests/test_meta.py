@@ -31,3 +31,18 @@ def test_import_aioring_leaves_tempfile_until_it_is_used():
             "from aioring import tempfile; import aioring as aiofiles; "
             "assert aiofiles.tempfile is tempfile")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_import_aioring_leaves_sockets_and_streams_until_they_are_used():
+    import subprocess
+    import sys
+    code = ("import sys, aioring; "
+            "assert not {'aioring._streams', 'aioring._net'} & set(sys.modules), 'imported at once'; "
+            "from aioring import open_connection; from aioring._streams import open_connection as oc; "
+            "assert open_connection is oc and aioring.sock_recv is sys.modules['aioring._net'].sock_recv; "
+            "assert set(aioring.__all__) <= set(dir(aioring)); "
+            "ns = {}; exec('from aioring import *', ns); "
+            "assert all(ns[name] is getattr(aioring, name) for name in aioring.__all__); "
+            "import pytest; "
+            "pytest.raises(AttributeError, getattr, aioring, 'no_such_name')")
+    subprocess.run([sys.executable, "-c", code], check=True)
