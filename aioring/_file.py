@@ -77,6 +77,10 @@ _MAX_WINDOW = 8 * 1024 * 1024  # writes never grow the window past this
 _DIRECT_READ = 64 * 1024  # binary reads this large skip the window
 _WRITE, _TRUNCATE, _CLOSE = 0, 1, 2
 _READ_OP = lib.IORING_OP_READ
+_READV_OP = lib.IORING_OP_READV
+_REST_SPARE = 4096  # read(-1) reads this much past the size it knows: the end shows
+_REST_MIN = 4096  # (bytes of length 0 and 1 are shared objects: never filled)
+_REST_MAX = _ops.MAX_RW - _REST_SPARE
 _CHARS = ffi.typeof("char[]")
 _from_buffer = ffi.from_buffer
 _PREP_RW = lib.aior_prep_rw
@@ -657,6 +661,42 @@ async def read_direct(raw: RingFileIO, n: int) -> bytes:
     out: bytes | bytearray = bytes(n) if n >= 4096 else bytearray(n)
     got = await _read_into(raw._fd, out, 0, n, raw._pos)
     return bytes(out if got == n else out[:got])
+
+
+async def read_rest(raw: RingFileIO, n: int) -> tuple[bytes, bool]:
+    """read(-1) from the raw position of a file thought to hold `n` more
+    bytes (_REST_MIN <= n <= _REST_MAX): one ring read fills a new bytes
+    object of n bytes, as os.read fills the one it returns, and past it a
+    small spare buffer, whose filling shows whether the file ends there.
+    Returns (the bytes, whether they reach end of file).  No copy follows
+    the kernel's unless the file changed size meanwhile."""
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
+    out = bytes(n)
+    spare = bytearray(_REST_SPARE)
+    c_out = _from_buffer(_CHARS, out, False)
+    c_spare = _from_buffer(_CHARS, spare, False)
+    iov = ffi.new("struct iovec[2]")
+    iov[0].iov_base = c_out
+    iov[0].iov_len = n
+    iov[1].iov_base = c_spare
+    iov[1].iov_len = _REST_SPARE
+    op = None
+    try:
+        # The op holds the exports and the iovecs until its CQE, also if
+        # this coroutine is closed (a tuple: the ring drops it, never releases it).
+        op = ring.start(loop, _PREP_RW, (_READV_OP, raw._fd, iov, 2, raw._pos, 0), (c_out, c_spare, iov),
+                        None, 0)
+        got = int(await _ops.result(ring, op))
+    finally:
+        if op is None or op.state == _OP_DONE:
+            ffi.release(c_out)
+            ffi.release(c_spare)
+    if got == n:
+        return out, True
+    if got < n:  # (a regular file reads short only at its end: it shrank)
+        return out[:got], True
+    return out + spare[:got - n], got < n + _REST_SPARE  # it grew
 
 
 async def readinto_direct(raw: RingFileIO, view: memoryview) -> int:

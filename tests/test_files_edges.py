@@ -130,6 +130,85 @@ async def test_fd_opened_file_advances_the_fd_offset(disk_dir: str) -> None:
     assert path.read_bytes() == b"header\nbody\n"
 
 
+# -- read() to end of file: the kernel fills the result ---------------------------
+
+@pytest.mark.parametrize("change", ["none", "grew a little", "grew a lot", "shrank", "emptied"])
+@pytest.mark.parametrize("size", [4096, 100_000])
+async def test_read_to_the_end_sees_the_file_as_it_is_now(disk_dir: str, change: str, size: int) -> None:
+    """read() with nothing buffered reads what the file's size said, and a
+    little more to see where it ends.  A file another handle changed since
+    must read as builtin open reads it then."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(_pattern(size))
+    with open(path, "rb") as expected:
+        async with aioring.open(path, "rb") as f:
+            if change == "grew a little":
+                with open(path, "ab") as other:
+                    other.write(b"+" * 100)
+            elif change == "grew a lot":
+                with open(path, "ab") as other:
+                    other.write(_pattern(50_000))
+            elif change == "shrank":
+                os.truncate(path, size // 2)
+            elif change == "emptied":
+                os.truncate(path, 0)
+            want = expected.read()
+            assert await f.read() == want
+            assert await f.tell() == expected.tell() == len(want)
+            assert await f.read() == expected.read() == b""
+            await f.seek(0)
+            assert await f.read(-1) == want
+
+
+async def test_read_to_the_end_after_a_partial_read_and_a_seek(disk_dir: str) -> None:
+    path = Path(disk_dir, "f")
+    path.write_bytes(_pattern(70_000))
+    with open(path, "rb") as expected:
+        async with aioring.open(path, "rb") as f:
+            assert await f.read(10) == expected.read(10)  # buffered: the rest comes after it
+            assert await f.read(None) == expected.read(None)
+            for pos in (5, 69_999, 70_000, 80_000):
+                expected.seek(pos)
+                await f.seek(pos)
+                assert await f.read() == expected.read()
+                assert await f.tell() == expected.tell()
+
+
+async def test_read_to_the_end_after_writes_in_a_read_write_file(disk_dir: str) -> None:
+    a, b = Path(disk_dir, "a"), Path(disk_dir, "b")
+    a.write_bytes(_pattern(50_000))
+    b.write_bytes(_pattern(50_000))
+    with open(a, "rb+") as expected:
+        async with aioring.open(b, "rb+") as f:
+            for pos, data in ((0, b"head"), (49_990, b"x" * 30), (10_000, b"mid")):
+                expected.seek(pos)
+                await f.seek(pos)
+                expected.write(data)
+                await f.write(data)
+                assert await f.read() == expected.read()
+                expected.seek(0)
+                await f.seek(0)
+                assert await f.read() == expected.read()
+
+
+async def test_a_cancelled_read_to_the_end_consumes_nothing(disk_dir: str) -> None:
+    path = Path(disk_dir, "f")
+    data = _pattern(200_000)
+    path.write_bytes(data)
+    async with aioring.open(path, "rb") as f:
+        reading = asyncio.ensure_future(f.read())
+        await asyncio.sleep(0)  # submitted
+        reading.cancel()
+        try:
+            got = await reading
+        except asyncio.CancelledError:  # cancelled in time: nothing read
+            assert await f.tell() == 0
+            assert await f.read() == data
+        else:  # the kernel had finished: the bytes are the caller's
+            assert got == data
+            assert await f.tell() == len(data)
+
+
 # -- close under backpressure ---------------------------------------------------
 
 async def test_cancelled_close_under_backpressure_closes_the_fd(disk_dir: str) -> None:

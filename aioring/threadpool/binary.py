@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
-from .._file import _DIRECT_READ, _INF, RingFileIO, read_direct, readinto_direct
+from .._file import (_DIRECT_READ, _INF, _REST_MAX, _REST_MIN, RingFileIO, read_direct, read_rest,
+                     readinto_direct)
 from .._ops import write as _ring_write
 from ..base import AsyncFileBase, AsyncIndirectBase, Plan
 
@@ -126,9 +127,11 @@ class AsyncBufferedIOBase(_BinaryBase):
 
     async def read(self, size: Any = -1) -> bytes:
         raw = self._raw
-        if (raw is not None and not raw._busy and not raw._queue and type(size) is int
-                and size >= _DIRECT_READ and not raw.closed and raw.readable()):
-            return await self._read_direct(raw, size)
+        if raw is not None and not raw._busy and not raw._queue and not raw.closed and raw.readable():
+            if type(size) is int and size >= _DIRECT_READ:
+                return await self._read_direct(raw, size)
+            if size is None or (type(size) is int and size < 0):
+                return await self._read_rest(raw)
         return await self._call("read", self._plan(self._read_plan, size), size)
 
     async def readinto(self, b: Any) -> int:
@@ -169,6 +172,30 @@ class AsyncBufferedIOBase(_BinaryBase):
             raw.begin_call()
             rest = n - whole
             return data + await self._run(raw, "read", self._plan(self._read_plan, rest), (rest,))
+        finally:
+            raw.release()
+
+    async def _read_rest(self, raw: RingFileIO) -> bytes:
+        """read() to end of file with nothing buffered: the kernel fills the
+        result itself (one copy of the file, not a window and a copy of it)."""
+        file = self._file
+        raw._busy = True
+        try:
+            raw.begin_call()
+            n = raw._size - raw._pos
+            if file.tell() != raw._pos or not _REST_MIN <= n <= _REST_MAX:
+                return await self._run(raw, "read", self._plan(self._read_plan, -1), (-1,))
+            data, eof = await read_rest(raw, n)
+            raw._defer = True
+            try:
+                file.seek(raw._pos + len(data))
+            finally:
+                raw._defer = False
+                raw.end_call()
+            if eof:
+                return data
+            raw.begin_call()  # it grew: the rest as BufferedReader reads it
+            return data + await self._run(raw, "read", self._plan(self._read_plan, -1), (-1,))
         finally:
             raw.release()
 
