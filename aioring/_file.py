@@ -42,6 +42,7 @@ import warnings
 from typing import Any
 
 from . import _ops, _pathops
+from ._ops import YIELD_EVERY, _unyielded  # noqa: F401 (the tests read and set them here)
 from ._liburing import ffi, lib
 from ._ring import _DONE as _OP_DONE, get_ring
 
@@ -55,20 +56,6 @@ SYNC_READS = [0]  # reads the prefetch did not foresee; tests assert it stays 0
 _GENERATIONS: dict[tuple[int, int], int] = {}
 _OPEN: dict[tuple[int, int], int] = {}
 
-# Calls served without suspending (from the window, or ring operations that
-# completed at once) yield to the loop every this many, so that a task
-# iterating a file does not starve the others.
-YIELD_EVERY = 64
-_unyielded = [0]
-
-
-def pace() -> bool:
-    """Count one call; True when the caller should yield to the loop now."""
-    _unyielded[0] += 1
-    if _unyielded[0] >= YIELD_EVERY:
-        _unyielded[0] = 0
-        return True
-    return False
 _OFF_MAX = 2**63 - 1
 
 _INF = 1 << 62

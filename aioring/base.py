@@ -11,7 +11,8 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from ._file import RingFileIO, pace, ring_raw
+from ._file import RingFileIO, ring_raw
+from ._ops import pace
 
 __all__ = ["AiofilesContextManager", "AsyncBase", "AsyncFileBase", "AsyncIndirectBase", "wrap"]
 

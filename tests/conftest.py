@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import errno
 import os
 import socket
 import tempfile
@@ -117,6 +118,17 @@ def disk_dir() -> Iterator[str]:
     os.makedirs(base, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=base) as path:
         yield path
+
+
+@pytest.fixture
+def ring_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reads at an offset go through the ring, as when the page cache misses
+    (they are tried directly first: page-cache hits would never reach it)."""
+    from aioring import _ops
+
+    def not_cached(*args: object) -> int:
+        raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+    monkeypatch.setattr(_ops, "_preadv", not_cached)
 
 
 @pytest.fixture

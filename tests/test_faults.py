@@ -185,14 +185,18 @@ def closing():
 
 
 # ================================================== cancellation storms
-async def test_cancellation_storm_on_file_reads_and_writes(file_content, disk_dir, closing):
+@pytest.mark.parametrize("reads", ["direct first", "ring"])
+async def test_cancellation_storm_on_file_reads_and_writes(file_content, disk_dir, closing, request, reads):
     """Thousands of reads (into sentinel-filled buffers, from a file whose pages
     are dropped from the cache now and then, so that some wait for the disk)
     and writes of distinct blocks, on a small ring, each cancelled at a random
     moment.  A read returns the file's bytes and leaves the rest of its buffer
     alone; a read that ends cancelled touched nothing, then or later; a write
     that returned n wrote exactly its first n bytes, one that ended cancelled
-    wrote nothing."""
+    wrote nothing.  Reads are tried directly first (RWF_NOWAIT), or go
+    through the ring only."""
+    if reads == "ring":
+        request.getfixturevalue("ring_reads")
     path, content = file_content
     fd = closing(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
     out_path = os.path.join(disk_dir, "blocks.bin")
@@ -910,7 +914,7 @@ async def test_closing_streams_with_operations_in_flight():
 
 
 @pytest.mark.parametrize("how", ["cancel_then_close", "close"])
-def test_closing_the_loop_with_operations_in_flight(new_loop, file_content, loop_errors, how):
+def test_closing_the_loop_with_operations_in_flight(new_loop, file_content, loop_errors, how, ring_reads):
     """A loop is closed while every kind of operation is in flight (file reads
     held back by backpressure, pipe and socket receives, stream reads, a send
     into a full socket, an accept, a write into a full pipe): as asyncio.run

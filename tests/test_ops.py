@@ -48,6 +48,47 @@ async def test_readinto_equals_pread(data_file, offset, size):
     assert buf[n:] == b"\xaa" * (size - n)  # nothing past the count is touched
 
 
+async def test_a_page_cache_read_at_an_offset_skips_the_ring(data_file):
+    fd, content = data_file
+    os.pread(fd, len(content), 0)  # (cached)
+    before = aioring.statistics()["completions"]
+    buf = bytearray(5000)
+    assert await aioring.readinto(fd, buf, 1000) == 5000
+    assert bytes(buf) == content[1000:6000]
+    assert await aioring.readinto(fd, buf, len(content) - 10) == 10
+    assert await aioring.readinto(fd, buf, len(content) + 10) == 0
+    assert aioring.statistics()["completions"] == before
+
+
+@pytest.mark.parametrize("cancel", [False, True])
+async def test_a_read_partly_served_directly_ends_whole(data_file, monkeypatch, cancel):
+    """Where only part of the range is cached, the direct read delivers that
+    part and the ring the rest.  A cancellation meanwhile does not cut it
+    short: the buffer is no longer untouched, so the read ends whole, and the
+    cancellation comes at the caller's next await."""
+    from aioring import _ops
+    fd, content = data_file
+
+    def half_cached(fd: int, buffers, offset: int, flags: int) -> int:
+        if cancel:  # now, with part of the buffer filled: at the next await
+            asyncio.current_task().cancel()
+        with memoryview(buffers[0]) as view:
+            return os.preadv(fd, [view[:len(view) // 2]], offset)
+    monkeypatch.setattr(_ops, "_preadv", half_cached)
+    buf = bytearray(10_000)
+    got = []
+
+    async def read_then_go_on() -> None:
+        got.append(await aioring.readinto(fd, buf, 3))
+        await asyncio.sleep(0)  # an owed cancellation comes here
+
+    reading = asyncio.ensure_future(read_then_go_on())
+    await asyncio.wait([reading])
+    assert reading.cancelled() == cancel
+    assert got == [10_000]
+    assert bytes(buf) == content[3:10_003]
+
+
 @HYPOTHESIS
 @given(writes=st.lists(st.tuples(st.integers(0, 64 * 1024), st.binary(max_size=8192)), max_size=8))
 async def test_write_equals_pwrite(disk_dir, writes):

@@ -54,7 +54,7 @@ def pipes():
                 pass
 
 
-async def test_10000_concurrent_reads_through_a_ring_of_8(data_file):
+async def test_10000_concurrent_reads_through_a_ring_of_8(data_file, ring_reads):
     fd, content = data_file
     ring = _ring.get_ring(entries=8)
     assert (ring.sq_entries, ring.cq_entries) == (8, 16)
@@ -312,7 +312,11 @@ def test_loops_in_two_threads_get_their_own_rings(data_file):
     assert ring_a.closed and ring_b.closed
 
 
-async def test_other_tasks_run_while_one_task_reads_from_the_page_cache(data_file):
+@pytest.mark.parametrize("path", ["direct", "ring"])
+async def test_other_tasks_run_while_one_task_reads_from_the_page_cache(data_file, request, path):
+    from aioring import _ops
+    if path == "ring":
+        request.getfixturevalue("ring_reads")
     fd, _ = data_file
     ticks = 0
     stop = False
@@ -331,7 +335,9 @@ async def test_other_tasks_run_while_one_task_reads_from_the_page_cache(data_fil
     for i in range(reads):
         await aioring.readinto(fd, buf, (i * 4096) % (1 << 20))
     # the reading task yields at least once every EAGER_RUN + 1 operations
-    assert ticks - before >= reads // (_ring.EAGER_RUN + 1) - 1
+    # on the ring, and every YIELD_EVERY reads served directly
+    every = _ring.EAGER_RUN + 1 if path == "ring" else _ops.YIELD_EVERY
+    assert ticks - before >= reads // every - 1
     stop = True
     await other
 

@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from .._file import _INF, RingFileIO, find_line_end, line_terminator, pace
+from .._file import _INF, RingFileIO, find_line_end, line_terminator
+from .._ops import pace
 from ..base import AsyncFileBase, AsyncIndirectBase, Plan
 
 __all__ = ["AsyncTextIOWrapper", "AsyncTextIndirectIOWrapper"]
