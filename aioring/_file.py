@@ -42,7 +42,7 @@ import warnings
 from typing import Any
 
 from . import _ops, _pathops
-from ._ops import YIELD_EVERY, _unyielded  # noqa: F401 (the tests read and set them here)
+from ._ops import YIELD_EVERY, _unyielded, pace  # noqa: F401 (the tests read and set them here)
 from ._liburing import ffi, lib
 from ._ring import _DONE as _OP_DONE, get_ring
 
@@ -68,6 +68,9 @@ _READV_OP = lib.IORING_OP_READV
 _REST_SPARE = 4096  # read(-1) reads this much past the size it knows: the end shows
 _REST_MIN = 4096  # (bytes of length 0 and 1 are shared objects: never filled)
 _REST_MAX = _ops.MAX_RW - _REST_SPARE
+_END_PROBE = bytearray(1)  # where a read found the end of file, a read of one more byte finds nothing
+_preadv = os.preadv
+_RWF_NOWAIT = _ops._RWF_NOWAIT
 _CHARS = ffi.typeof("char[]")
 _from_buffer = ffi.from_buffer
 _PREP_RW = lib.aior_prep_rw
@@ -615,10 +618,23 @@ async def _read_into(fd: int, buf: bytes | bytearray, at: int, n: int, offset: i
     """Read up to `n` bytes of `fd` at `offset` into buf[at:at + n] through
     the ring, again after a partial read, until `n` or a short read (a regular
     file reads short only at its end).  Returns how many arrived."""
-    loop = asyncio.get_running_loop()
-    ring = get_ring(loop)
+    if pace():
+        await asyncio.sleep(0)  # (a task reading from the page cache would not yield otherwise)
     cbuf = _from_buffer(_CHARS, buf, False)
     got = 0
+    # From the page cache, at once (again after a short read: the end of the
+    # file, or only part of it was cached); the rest through the ring.
+    for _ in range(2):
+        k = _ops.read_now(fd, ffi.buffer(cbuf + at + got, n - got), n - got, offset + got)
+        if k > 0:
+            got += k
+        if k == 0 or got == n:
+            ffi.release(cbuf)
+            return got
+        if k < 0:
+            break
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
     op = None
     try:
         while got < n:
@@ -657,12 +673,24 @@ async def read_rest(raw: RingFileIO, n: int) -> tuple[bytes, bool]:
     small spare buffer, whose filling shows whether the file ends there.
     Returns (the bytes, whether they reach end of file).  No copy follows
     the kernel's unless the file changed size meanwhile."""
-    loop = asyncio.get_running_loop()
-    ring = get_ring(loop)
+    if pace():
+        await asyncio.sleep(0)  # (a task reading from the page cache would not yield otherwise)
     out = bytes(n)
     spare = bytearray(_REST_SPARE)
     c_out = _from_buffer(_CHARS, out, False)
     c_spare = _from_buffer(_CHARS, spare, False)
+    pos = raw._pos
+    # From the page cache, at once: all of it, then nothing more (the end).
+    try:
+        got = _preadv(raw._fd, (ffi.buffer(c_out), spare), pos, _RWF_NOWAIT)
+        if n <= got < n + _REST_SPARE and not _preadv(raw._fd, (_END_PROBE,), pos + got, _RWF_NOWAIT):
+            ffi.release(c_out)
+            ffi.release(c_spare)
+            return (out if got == n else out + spare[:got - n]), True
+    except OSError:
+        pass  # not cached, or a file system that cannot say without waiting: the ring's
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
     iov = ffi.new("struct iovec[2]")
     iov[0].iov_base = c_out
     iov[0].iov_len = n
@@ -672,7 +700,7 @@ async def read_rest(raw: RingFileIO, n: int) -> tuple[bytes, bool]:
     try:
         # The op holds the exports and the iovecs until its CQE, also if
         # this coroutine is closed (a tuple: the ring drops it, never releases it).
-        op = ring.start(loop, _PREP_RW, (_READV_OP, raw._fd, iov, 2, raw._pos, 0), (c_out, c_spare, iov),
+        op = ring.start(loop, _PREP_RW, (_READV_OP, raw._fd, iov, 2, pos, 0), (c_out, c_spare, iov),
                         None, 0)
         got = int(await _ops.result(ring, op))
     finally:

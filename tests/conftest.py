@@ -124,11 +124,12 @@ def disk_dir() -> Iterator[str]:
 def ring_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Reads at an offset go through the ring, as when the page cache misses
     (they are tried directly first: page-cache hits would never reach it)."""
-    from aioring import _ops
+    from aioring import _file, _ops
 
     def not_cached(*args: object) -> int:
         raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
     monkeypatch.setattr(_ops, "_preadv", not_cached)
+    monkeypatch.setattr(_file, "_preadv", not_cached)
 
 
 @pytest.fixture

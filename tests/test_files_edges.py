@@ -132,12 +132,17 @@ async def test_fd_opened_file_advances_the_fd_offset(disk_dir: str) -> None:
 
 # -- read() to end of file: the kernel fills the result ---------------------------
 
+@pytest.mark.parametrize("reads", ["direct first", "ring"])
 @pytest.mark.parametrize("change", ["none", "grew a little", "grew a lot", "shrank", "emptied"])
 @pytest.mark.parametrize("size", [4096, 100_000])
-async def test_read_to_the_end_sees_the_file_as_it_is_now(disk_dir: str, change: str, size: int) -> None:
+async def test_read_to_the_end_sees_the_file_as_it_is_now(disk_dir: str, change: str, size: int, reads: str,
+                                                           request: pytest.FixtureRequest) -> None:
     """read() with nothing buffered reads what the file's size said, and a
     little more to see where it ends.  A file another handle changed since
-    must read as builtin open reads it then."""
+    must read as builtin open reads it then, whether the page cache served
+    the read at once or the ring did."""
+    if reads == "ring":
+        request.getfixturevalue("ring_reads")
     path = Path(disk_dir, "f")
     path.write_bytes(_pattern(size))
     with open(path, "rb") as expected:
