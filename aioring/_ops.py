@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import operator
 import os
 import select
@@ -54,7 +55,8 @@ _alloc = ffi.new_allocator(should_clear_after_alloc=False)
 
 # Calls served without suspending (from a file's window, a direct read, or
 # ring operations that completed at once) yield to the loop every this many,
-# so that a task reading a file does not starve the others.
+# so that a task reading a file does not starve the others.  (A direct read
+# yields after it read, a file call before it begins.)
 YIELD_EVERY = 64
 _unyielded = [0]
 
@@ -73,6 +75,17 @@ def pace() -> bool:
         _unyielded[0] = 0
         return True
     return False
+
+
+async def _yield_keeping() -> None:
+    """Yield to the loop after a read served at once (a task reading from the
+    page cache would not yield otherwise).  What was read is the caller's: a
+    cancellation meanwhile is owed, not raised, and comes before the task's
+    next operation or at its next await."""
+    try:
+        await asyncio.sleep(0)
+    except asyncio.CancelledError as exc:
+        _ring._redeliver_later(exc)
 
 
 def read_now(fd: int, target: Any, n: int, offset: int) -> int:
@@ -177,12 +190,25 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
     fd = check_fd(fd)
     size = check_size(size)
     offset = check_offset(offset)
+    if offset >= 0 and _ring._owed:
+        _ring._deliver_owed()
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
     buf = _alloc("char[]", size)
-    op = ring.start(loop, _PREP_RW, (_READ, fd, buf, min(size, MAX_RW), offset, 0),
-                    buf, _finish_read, _POLLIN, offset == -1)
+    got = _read_now_into(fd, ffi.buffer(buf), buf, size, offset) if offset >= 0 else 0
+    if got < 0:  # all of it from the page cache, or end of file
+        if pace():
+            await _yield_keeping()
+        return ffi.buffer(buf, -got - 1)[:]
+    finish = _finish_read if not got else functools.partial(_finish_rest, got)
+    op = ring.start(loop, _PREP_RW, (_READ, fd, buf + got, min(size - got, MAX_RW), offset + got, 0),
+                    buf, finish, _POLLIN, offset == -1)
     return await result(ring, op)
+
+
+def _finish_rest(got: int, op: Op, res: int) -> bytes:
+    """The ring read the rest of what began from the page cache."""
+    return ffi.buffer(op.keep, got + res)[:]
 
 
 async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
@@ -200,8 +226,6 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     if type(offset) is not int or not -1 <= offset <= _OFF_MAX:
         offset = check_offset(offset)
     if offset >= 0:
-        if pace():
-            await asyncio.sleep(0)  # (before anything is read: a cancellation here loses nothing)
         if _ring._owed:
             _ring._deliver_owed()  # a cancellation this task owes comes first, as in Ring.start
         if type(buffer) is bytearray:
@@ -212,6 +236,8 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
             except OSError:
                 got = -1  # (the ring's read reports a real error as the kernel's)
             if got in (n, 0):
+                if pace():
+                    await _yield_keeping()
                 return got
     # The ring lookup and result() are written out here, which saves two
     # Python calls per read (measured: 2.5k instructions).
@@ -228,6 +254,8 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     got = _read_now_into(fd, buffer, cbuf, n, offset) if offset >= 0 else 0
     if got < 0:  # all of it, or end of file
         ffi.release(cbuf)
+        if pace():
+            await _yield_keeping()
         return -got - 1
     # (Part of it, or none, was cached: the ring reads the rest, as a
     # blocking read would, so that a short read still means end of file.)

@@ -57,7 +57,47 @@ async def test_a_page_cache_read_at_an_offset_skips_the_ring(data_file):
     assert bytes(buf) == content[1000:6000]
     assert await aioring.readinto(fd, buf, len(content) - 10) == 10
     assert await aioring.readinto(fd, buf, len(content) + 10) == 0
+    assert await aioring.read(fd, 7000, 99) == content[99:7099]
+    assert await aioring.read(fd, 7000, len(content) - 5) == content[-5:]
     assert aioring.statistics()["completions"] == before
+
+
+@pytest.mark.parametrize("how", ["readinto", "read"])
+async def test_a_task_reading_the_page_cache_yields_and_can_be_cancelled(data_file, how):
+    """Reads served at once never suspend, so they yield to the loop every so
+    often (after reading: the bytes are the caller's).  A cancellation that
+    lands there is not lost: the task's next read raises it."""
+    fd, content = data_file
+    buf = bytearray(4096)
+    reads = [0]
+
+    async def reader() -> None:
+        while True:
+            if how == "readinto":
+                assert await aioring.readinto(fd, buf, 4096) == 4096
+            else:
+                assert await aioring.read(fd, 4096, 4096) == content[4096:8192]
+            reads[0] += 1
+
+    task = asyncio.ensure_future(reader())
+    while reads[0] < 3:
+        await asyncio.sleep(0)  # the reader yields now and then
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert bytes(buf) == (content[4096:8192] if how == "readinto" else bytes(4096))
+
+
+async def test_a_read_partly_cached_returns_all_of_it(data_file, monkeypatch):
+    from aioring import _ops
+    fd, content = data_file
+
+    def half_cached(fd: int, buffers, offset: int, flags: int) -> int:
+        with memoryview(buffers[0]) as view:
+            return os.preadv(fd, [view[:len(view) // 2]], offset)
+    monkeypatch.setattr(_ops, "_preadv", half_cached)
+    assert await aioring.read(fd, 10_000, 5) == content[5:10_005]
+    assert await aioring.read(fd, 10_000, len(content) - 3000) == content[-3000:]
 
 
 @pytest.mark.parametrize("cancel", [False, True])
