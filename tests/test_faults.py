@@ -264,7 +264,10 @@ async def test_cancellation_storm_on_file_reads_and_writes(file_content, disk_di
         n = written.get(b, 0)
         assert got[:n] == bytes([b % 251 + 1]) * n
         assert got[n:] == bytes(block - n), f"block {b}: bytes written by a write that reported {n}"
-    assert counts["read cancelled"] and counts["read done"] and counts["write cancelled"]
+    assert counts["read done"] and counts["write cancelled"]
+    # (Reads the page cache serves at once end before any cancellation can
+    # reach them: only through the ring are some sure to be cancelled.)
+    assert counts["read cancelled"] or reads == "direct first"
 
 
 @pytest.mark.parametrize("blocking", [False, True], ids=["nonblocking", "blocking"])
@@ -1151,7 +1154,7 @@ def _child_uses_aioring(make_loop: Callable[[], asyncio.AbstractEventLoop], path
 
 
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
-async def test_fork_with_operations_in_flight(file_content, closing):
+async def test_fork_with_operations_in_flight(file_content, closing, ring_reads):
     """The parent forks several times, from its loop and from another thread,
     while it has pipe reads, a stream read, a large stream write and file
     reads held back by backpressure in flight.  Each child uses aioring on
