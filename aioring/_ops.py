@@ -94,7 +94,7 @@ def read_now(fd: int, target: Any, n: int, offset: int) -> int:
     data is not in the page cache, the file system does not read without
     blocking, or an error, which the ring's read reports as the kernel's)."""
     try:
-        return _preadv(fd, (target,), offset, _RWF_NOWAIT) if n else 0
+        return _preadv(fd, (target,), offset, _RWF_NOWAIT)  # (also for n == 0: EBADF is checked)
     except (OSError, TypeError, ValueError, BufferError):
         return -1
 
@@ -232,7 +232,7 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
             # The hottest path: a page-cache hit read at once, written out here.
             n = len(buffer)
             try:
-                got = _preadv(fd, (buffer,), offset, _RWF_NOWAIT) if n else 0
+                got = _preadv(fd, (buffer,), offset, _RWF_NOWAIT)
             except OSError:
                 got = -1  # (the ring's read reports a real error as the kernel's)
             if got in (n, 0):

@@ -243,11 +243,17 @@ async def test_closed_fd_is_ebadf(disk_dir):
     fd = os.open(os.path.join(disk_dir, "f"), os.O_RDWR | os.O_CREAT)
     await aioring.fsync(fd)  # the ring and its eventfd exist before fd's number is freed
     os.close(fd)
-    for call in (aioring.read(fd, 1), aioring.readinto(fd, bytearray(1)),
-                 aioring.write(fd, b"x"), aioring.fsync(fd)):
+    calls = [aioring.read(fd, 1), aioring.readinto(fd, bytearray(1)), aioring.write(fd, b"x"),
+             aioring.fsync(fd)]
+    for offset in (-1, 0):  # also of nothing, as os.pread and os.preadv check the fd first
+        calls += [aioring.read(fd, 0, offset), aioring.readinto(fd, bytearray(0), offset),
+                  aioring.read(fd, 1, offset), aioring.readinto(fd, bytearray(1), offset),
+                  aioring.readinto(fd, memoryview(bytearray(10))[2:5], offset)]
+    for call in calls:
         with pytest.raises(OSError) as info:
             await call
         assert info.value.errno == errno.EBADF
+    assert _stdlib_error(os.pread, fd, 0, 0).errno == errno.EBADF
 
 
 def _stdlib_error(fn, *args):
