@@ -161,12 +161,7 @@ class AsyncBufferedIOBase(_BinaryBase):
             if file.tell() != raw._pos or raw._size - raw._pos < n:
                 return await self._run(raw, "read", self._plan(self._read_plan, n), (n,))
             data = await read_direct(raw, whole)
-            raw._defer = True
-            try:
-                file.seek(raw._pos + len(data))
-            finally:
-                raw._defer = False
-                raw.end_call()
+            _moved(raw, file, len(data))
             if len(data) < whole or whole == n:
                 return data
             raw.begin_call()
@@ -186,12 +181,7 @@ class AsyncBufferedIOBase(_BinaryBase):
             if file.tell() != raw._pos or not _REST_MIN <= n <= _REST_MAX:
                 return await self._run(raw, "read", self._plan(self._read_plan, -1), (-1,))
             data, eof = await read_rest(raw, n)
-            raw._defer = True
-            try:
-                file.seek(raw._pos + len(data))
-            finally:
-                raw._defer = False
-                raw.end_call()
+            _moved(raw, file, len(data))
             if eof:
                 return data
             raw.begin_call()  # it grew: the rest as BufferedReader reads it
@@ -208,12 +198,7 @@ class AsyncBufferedIOBase(_BinaryBase):
             if file.tell() != raw._pos or raw._size - raw._pos < len(out):
                 return await self._run(raw, "readinto", self._plan(self._read_plan, len(out)), (out,))
             n = await readinto_direct(raw, out[:whole])
-            raw._defer = True
-            try:
-                file.seek(raw._pos + n)
-            finally:
-                raw._defer = False
-                raw.end_call()
+            _moved(raw, file, n)
             if n < whole or whole == len(out):
                 return n
             raw.begin_call()
@@ -324,3 +309,15 @@ class AsyncIndirectBufferedReader(AsyncIndirectBase, AsyncBufferedReader):
 
 class AsyncIndirectFileIO(AsyncIndirectBase, AsyncFileIO):
     """AsyncFileIO over an object looked up at each call."""
+
+
+def _moved(raw: RingFileIO, file: Any, count: int) -> None:
+    """After `count` bytes read straight from the raw position: the stdlib
+    file's position follows (a seek, with nothing to read or write), and the
+    call ends."""
+    raw._defer = True
+    try:
+        file.seek(raw._pos + count)
+    finally:
+        raw._defer = False
+        raw.end_call()
