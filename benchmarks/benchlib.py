@@ -150,7 +150,7 @@ def machine_info() -> dict[str, Any]:
         "kernel": platform.release(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)),
+        "cpus_usable": len(USABLE_CPUS),
     }
 
 
@@ -160,10 +160,34 @@ def run_meta(backend: str, dists: Iterable[str]) -> dict[str, Any]:
             "git": git_state()}
 
 
+# The CPUs this benchmark may use, read before pin_pair() pins this process.
+USABLE_CPUS = sorted(os.sched_getaffinity(0))
+
+
+def pin_pair(server_pid: int, client_pid: int) -> str:
+    """Put a server process and its client process on two different CPUs of
+    those this process may use, and say where ("no" if there are fewer than two).
+
+    Unpinned, a request/response pair on two CPUs runs in one of two modes
+    that the scheduler picks: both on their own CPU, or both on one, taking
+    turns (each then at half a CPU, half the throughput).  Which one a run gets
+    varies from run to run and from variant to variant, more than the
+    libraries differ; pinned, every variant runs with a CPU each.  Threads and
+    processes started later inherit the CPU."""
+    cpus = USABLE_CPUS
+    if len(cpus) < 2:
+        return "no"
+    os.sched_setaffinity(server_pid, {cpus[0]})
+    os.sched_setaffinity(client_pid, {cpus[1]})
+    return f"server on CPU {cpus[0]}, client on CPU {cpus[1]}"
+
+
 def machine_line(meta: dict[str, Any]) -> str:
     """The start of the report's first line, from machine_info()'s fields."""
+    pinned = meta.get("pinned")
     return (f"python {meta['python']} | kernel {meta['kernel']} ({meta['machine']}, "
-            f"{meta['cpus_usable']}/{meta['cpus']} CPUs)")
+            f"{meta['cpus_usable']}/{meta['cpus']} CPUs"
+            + (f"; {pinned}" if pinned and pinned != "no" else "") + ")")
 
 
 # --------------------------------------------------------------------- data

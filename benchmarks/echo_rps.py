@@ -10,6 +10,9 @@ warm-up.
 
 The server runs in a process of its own (this script started again with
 --serve), a new one for every run, on 127.0.0.1 and a port the kernel picks.
+The server and the load generator each run on a CPU of their own (--no-pin
+leaves them to the scheduler, which otherwise often puts both on one CPU,
+taking turns, for some runs and not others).
 Variants of the server (each on asyncio's default loop and on uvloop):
 
 * aioring-readinto  ``aioring.start_server``; the handler loops on
@@ -67,7 +70,7 @@ from typing import IO, Any, cast
 
 from benchlib import (
     REPO, error_text, git_state, log, machine_cpu, machine_info, machine_line, new_loop, open_fds,
-    parse_list, preset_value, spread_note, uvloop, version, write_json,
+    parse_list, pin_pair, preset_value, spread_note, uvloop, version, write_json,
 )
 
 try:
@@ -445,7 +448,8 @@ def stop_server(proc: subprocess.Popen[bytes]) -> bytes:
     return proc.stdout.read()  # (one line: it cannot have filled the pipe)
 
 
-def one_run(sample: Sample, client_loop: str, warmup: float, duration: float, timeout: float) -> None:
+def one_run(sample: Sample, client_loop: str, warmup: float, duration: float, timeout: float,
+            pin: bool) -> str:
     """Start a server process, load it, stop it, and check that it stopped cleanly."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--serve", sample.variant,
            "--serve-loop", sample.loop]
@@ -453,6 +457,7 @@ def one_run(sample: Sample, client_loop: str, warmup: float, duration: float, ti
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors)
         assert proc.stdout is not None
         try:
+            pinned = pin_pair(proc.pid, os.getpid()) if pin else "no"
             try:
                 line = read_line(proc.stdout, 30)
                 if not line:
@@ -499,6 +504,7 @@ def one_run(sample: Sample, client_loop: str, warmup: float, duration: float, ti
     sample.server_cores = sample.server_cpu_s / sample.wall_s
     sample.client_cores = sample.client_cpu_s / sample.wall_s
     sample.server_cpu_us_per_req = sample.server_cpu_s / max(sample.requests, 1) * 1e6
+    return pinned
 
 
 # ================================================================ reporting
@@ -651,6 +657,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds before one run is abandoned as hung (default 60)")
     parser.add_argument("--quick", action="store_true", help="short windows, one run each: a smoke test")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write raw and median results here")
+    parser.add_argument("--no-pin", dest="pin", action="store_false",
+                        help="leave the server and the load generator where the scheduler puts them "
+                             "(default: each on a CPU of its own, when there are two)")
     parser.add_argument("--serve", choices=ALL_VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--serve-loop", choices=ALL_LOOPS, default="asyncio", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -692,6 +701,7 @@ def main(argv: list[str] | None = None) -> int:
         f"load generator on {client_loop}")
     fds_before = open_fds()
     samples: list[Sample] = []
+    pinned = "no"
     n = 0
     for rep in range(repeat):
         shift = rep % len(plan)
@@ -701,7 +711,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"repeat {rep + 1}/{repeat} ... ", end="")
             s = Sample(variant, loop_name, c, rep + 1, args.size)
             try:
-                one_run(s, client_loop, warmup, duration, args.timeout)
+                pinned = one_run(s, client_loop, warmup, duration, args.timeout, args.pin)
             except Exception as exc:
                 s.error = error_text(exc) or type(exc).__name__
                 log(f"FAILED: {s.error}")
@@ -719,6 +729,7 @@ def main(argv: list[str] | None = None) -> int:
         "client_loop": client_loop, "size": args.size, "conns": args.conns, "variants": args.variants,
         "loops": loops, "repeat": repeat, "duration_s": duration, "warmup_s": warmup,
         "skipped": skipped, "leaked_fds_in_load_generator": leaked_fds, "runtime_s": elapsed,
+        "pinned": pinned,
     }
     v = meta["versions"]
     print(f"{machine_line(meta)} | aioring.backend() = {backend} | {meta['git']}")

@@ -5,7 +5,9 @@ A frame is an 8-byte big-endian payload length followed by the payload.  A
 client sends a frame, waits for the whole echo, checks it, and sends the next
 (request/response ping-pong).  Server and client run in two separate worker
 processes (multiprocessing, "spawn" context) that live for the whole run; the
-parent only tells them what to do next.
+parent only tells them what to do next.  Each worker is pinned to a CPU of its
+own (--no-pin leaves them to the scheduler, which otherwise often puts both on
+one CPU, taking turns, for some runs and not others).
 
 Frame sizes (payload, --sizes): 100 MB (10^8 bytes, the size of the experiment
 this benchmark grew from), 1 MiB and 64 KiB over one connection; 1 KiB over 25
@@ -80,8 +82,8 @@ from typing import Any, cast
 
 from benchlib import (
     KIB, MB, MIB, REPO, Progress, add_run_options, aioring_backend, error_text, log, machine_cpu,
-    machine_line, median_rows, new_loop, noise_notes, parse_list, presets, print_failures, render, run_meta,
-    uvloop, write_json,
+    machine_line, median_rows, new_loop, noise_notes, parse_list, pin_pair, presets, print_failures, render,
+    run_meta, uvloop, write_json,
 )
 from chart import Bar, Panel, draw
 
@@ -1119,16 +1121,21 @@ class Sample:
 
 
 class Bench:
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, pin: bool) -> None:
         self.ctx = multiprocessing.get_context("spawn")
         self.timeout = timeout
+        self.pin = pin
+        self.pinned = "no"
         self.server: Worker | None = None
         self.client: Worker | None = None
 
     def start(self) -> None:
         self.server = Worker(self.ctx, "server")
         self.client = Worker(self.ctx, "client")
-        log(f"worker processes: server pid {self.server.pid}, client pid {self.client.pid}")
+        if self.pin:
+            self.pinned = pin_pair(self.server.pid, self.client.pid)
+        log(f"worker processes: server pid {self.server.pid}, client pid {self.client.pid}"
+            + (f" ({self.pinned})" if self.pinned != "no" else ""))
 
     def restart(self) -> None:
         self.close()
@@ -1376,8 +1383,9 @@ def redraw(json_path: Path, chart_path: Path | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Framed echo over loopback TCP (8-byte big-endian length + payload), server and "
-                    "client in separate processes, request/response ping-pong: aioring's streams and "
-                    "sock_* functions against asyncio's streams, sock_* methods, a naive Protocol, "
+                    "client in separate processes, each on a CPU of its own, request/response "
+                    "ping-pong: aioring's streams and sock_* functions against asyncio's streams, "
+                    "sock_* methods, a naive Protocol, "
                     "uvloop with a BufferedProtocol, and blocking sockets with a thread per connection. "
                     "Prints a line per run while it goes, then tables of MB/s, frames/s, CPU and ratios "
                     "to uvloop streams and to threads; writes them as JSON and draws a PNG chart. "
@@ -1424,6 +1432,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chart", type=Path, metavar="PATH",
                         help="where to draw the PNG chart (default: beside the JSON, .png; '-' for none); "
                              "needs matplotlib")
+    parser.add_argument("--no-pin", dest="pin", action="store_false",
+                        help="leave the server and the client process where the scheduler puts them "
+                             "(default: each on a CPU of its own, when there are two)")
     parser.add_argument("--redraw", type=Path, metavar="JSON",
                         help="run nothing: draw the chart of the results in JSON (beside it, or --chart)")
     args = parser.parse_args(argv)
@@ -1464,7 +1475,7 @@ def main(argv: list[str] | None = None) -> int:
                          for size, *_ in runs], started=started)
     log(f"{len(runs)} runs: {len(configs)} variant/loop pairs x {len(sizes)} frame sizes x {repeat} "
         f"repeats, {windows_text(duration, min_frames)}")
-    bench = Bench(args.timeout)
+    bench = Bench(args.timeout, args.pin)
     bench.start()
     samples: list[Sample] = []
     try:
@@ -1494,6 +1505,7 @@ def main(argv: list[str] | None = None) -> int:
         "variants": variants, "loops": loops, "sizes": sizes, "small_conns": args.small_conns,
         "duration_s": duration, "min_frames": min_frames, "repeat": repeat, "quick": args.quick,
         "full_verify_max": FULL_VERIFY_MAX, "skipped": skipped, "runtime_s": elapsed,
+        "pinned": bench.pinned,
     }
     v = meta["versions"]
     print(f"{machine_line(meta)} | aioring {v['aioring']} ({backend}), uvloop {v['uvloop']} | "
