@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import aioring
@@ -85,6 +85,10 @@ def _copies(tmp: str, content: bytes, mode: str) -> tuple[str, str]:
 @SETTINGS
 @given(content=binary_data, mode=st.sampled_from(BINARY_MODES),
        buffering=st.sampled_from([-1, 0, 2, 16, 4096]), ops=binary_ops)
+# A pending write replaces the newline the line would otherwise end at.
+@example(content=b"\n", mode="rb+", buffering=2, ops=[("truncate", 4), ("write", b"\x00"), ("readline", -1)])
+@example(content=b"\nab\n\n" * 8, mode="rb+", buffering=16,
+         ops=[("read", 1), ("seek", 0), ("write", b"xxxxx"), ("readline", -1), ("readlines", 3)])
 async def test_binary_files_behave_as_builtin_open(disk_dir: str, content: bytes, mode: str, buffering: int,
                                                    ops: list[tuple[Any, ...]]) -> None:
     a, b = _copies(disk_dir, content, mode)

@@ -61,7 +61,10 @@ class _BinaryBase(AsyncFileBase):
         start = t if t < rpos else rpos
         limit = -1 if limit is None else limit.__index__()
         cap = t + limit + 1 if limit >= 0 else _INF
-        return ("line", start, start, _NL, raw.bufsize + 1, cap)
+        # The line's end is searched from where the raw file will be read: a
+        # BufferedRandom serves [t, rpos) from its buffer, and writes it holds
+        # (which may replace a newline) end at t; it flushes them first.
+        return ("line", start, t if t > rpos else rpos, _NL, raw.bufsize + 1, cap)
 
     def _lines_plan(self, raw: RingFileIO, hint: Any) -> Plan:
         hint = -1 if hint is None else hint.__index__()
@@ -69,7 +72,7 @@ class _BinaryBase(AsyncFileBase):
             return self._read_plan(raw, -1)
         plan = self._line_plan(raw, -1)
         assert plan is not None
-        return ("line", plan[1], plan[1] + hint, _NL, raw.bufsize + 1, _INF)
+        return ("line", plan[1], plan[2] + hint, _NL, raw.bufsize + 1, _INF)
 
     def _read1_plan(self, raw: RingFileIO, n: Any) -> Plan:
         t = self._file.tell()
