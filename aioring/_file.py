@@ -716,9 +716,9 @@ async def read_rest(raw: RingFileIO, n: int) -> tuple[bytes, bool]:
 
 async def readinto_direct(raw: RingFileIO, view: memoryview) -> int:
     """Fill `view` at the raw position through the ring (loops until full or EOF)."""
-    got = 0
     n = len(view)
-    while got < n:
+    got = await _ops.readinto(raw._fd, view, raw._pos)
+    while 0 < got < n:
         k = await _ops.readinto(raw._fd, view[got:], raw._pos + got)
         if k == 0:
             break

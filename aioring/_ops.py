@@ -228,9 +228,18 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     if offset >= 0:
         if _ring._owed:
             _ring._deliver_owed()  # a cancellation this task owes comes first, as in Ring.start
-        if type(buffer) is bytearray:
+        kind = type(buffer)
+        if kind is bytearray:
+            direct, n = True, len(buffer)
+        elif kind is memoryview:
+            try:
+                direct, n = not buffer.readonly and buffer.c_contiguous, buffer.nbytes
+            except ValueError:  # released: the general path raises FileIO's TypeError
+                direct, n = False, 0
+        else:
+            direct, n = False, 0
+        if direct:
             # The hottest path: a page-cache hit read at once, written out here.
-            n = len(buffer)
             try:
                 got = _preadv(fd, (buffer,), offset, _RWF_NOWAIT)
             except OSError:

@@ -62,6 +62,32 @@ async def test_a_page_cache_read_at_an_offset_skips_the_ring(data_file):
     assert aioring.statistics()["completions"] == before
 
 
+async def test_page_cache_reads_into_memoryviews_match_preadv(data_file):
+    """A writable contiguous memoryview is read into at once, as a bytearray
+    is; counts are in bytes whatever the view's format, as os.preadv's.  The
+    views FileIO.readinto refuses get its TypeError."""
+    fd, content = data_file
+    os.pread(fd, len(content), 0)  # (cached)
+    before = aioring.statistics()["completions"]
+    for offset in (0, 777, len(content) - 100, len(content) + 5):
+        for make in (lambda: memoryview(bytearray(b"\xaa" * 9000))[1000:5000],
+                     lambda: memoryview(bytearray(b"\xaa" * 4096)).cast("i"),
+                     lambda: memoryview(array.array("d", [1.5] * 300)),
+                     lambda: memoryview(bytearray(b"\xaa" * 4096)).cast("B", (64, 64))):
+            mine, theirs = make(), make()
+            n = await aioring.readinto(fd, mine, offset)
+            assert n == os.preadv(fd, [theirs], offset)
+            assert mine.tobytes() == theirs.tobytes()
+    assert aioring.statistics()["completions"] == before
+    released = memoryview(bytearray(10))
+    released.release()
+    for bad in (memoryview(bytearray(100))[::2], memoryview(b"read-only"), released):
+        with open(__file__, "rb", buffering=0) as f, pytest.raises(TypeError):
+            f.readinto(bad)  # what FileIO.readinto raises
+        with pytest.raises(TypeError):
+            await aioring.readinto(fd, bad, 0)
+
+
 @pytest.mark.parametrize("how", ["readinto", "read"])
 async def test_a_task_reading_the_page_cache_yields_and_can_be_cancelled(data_file, how):
     """Reads served at once never suspend, so they yield to the loop every so

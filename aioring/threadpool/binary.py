@@ -147,6 +147,8 @@ class AsyncBufferedIOBase(_BinaryBase):
             if view is not None:
                 with view:
                     if not view.readonly and view.nbytes >= _DIRECT_READ:
+                        if view.ndim == 1 and view.format == "B" and view.c_contiguous:
+                            return await self._readinto_direct(raw, view)  # (a bytearray's, say)
                         with view.cast("B") as out:
                             return await self._readinto_direct(raw, out)
         return await self._call("readinto", self._readinto_plan(b), b)
@@ -200,7 +202,7 @@ class AsyncBufferedIOBase(_BinaryBase):
             raw.begin_call()
             if file.tell() != raw._pos or raw._size - raw._pos < len(out):
                 return await self._run(raw, "readinto", self._plan(self._read_plan, len(out)), (out,))
-            n = await readinto_direct(raw, out[:whole])
+            n = await readinto_direct(raw, out if whole == len(out) else out[:whole])
             _moved(raw, file, n)
             if n < whole or whole == len(out):
                 return n
