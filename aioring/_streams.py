@@ -44,7 +44,7 @@ from typing import Any
 
 from ._liburing import ffi, lib
 from ._net import check_socket, sock_accept, sock_connect
-from ._ops import MAX_RW, check_fd
+from ._ops import MAX_RW, check_fd, pace
 from ._ring import _DONE as _OP_DONE
 from ._ring import _WAITING as _OP_WAITING
 from ._ring import Op, get_ring, os_error, ready
@@ -76,6 +76,7 @@ _WRITEV = lib.IORING_OP_WRITEV
 _SENDMSG = lib.IORING_OP_SENDMSG
 _SEND_FLAGS = lib.MSG_NOSIGNAL | lib.MSG_WAITALL
 _DIRECT_SEND_FLAGS = socket.MSG_NOSIGNAL | socket.MSG_DONTWAIT
+_DONTWAIT = socket.MSG_DONTWAIT
 _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 8)
 _NO_DIRECT = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS})
 _WAITALL = lib.MSG_WAITALL
@@ -124,7 +125,14 @@ class _Channel:
         self._reader: StreamReader | None = None
         self._recv_op: Op | None = None
         self._chunk: Any = None
+        self._chunk_view: memoryview | None = None
         self._armed = False
+        # A read that finds its data already there takes it at once, without
+        # waiting (MSG_DONTWAIT, RWF_NOWAIT): no ring op, no wake-up.  After a
+        # try that found nothing, the next reads go to the ring, more of them
+        # each time (up to 64) while tries keep finding nothing.
+        self._pull_skip = 0
+        self._pull_backoff = 1
         # Write side.
         self._pending: collections.deque[Any] = collections.deque()
         self._pending_size = 0
@@ -178,6 +186,61 @@ class _Channel:
         self._wake_drainers()
 
     # ----------------------------------------------------------------- read
+    def _new_chunk(self) -> Any:
+        # Not zeroed: the kernel touches only the pages it fills, so
+        # many idle connections cost address space, not memory.
+        chunk = self._chunk = _alloc(_CHARS, _CHUNK)
+        self._chunk_view = memoryview(ffi.buffer(chunk))
+        return chunk
+
+    def _pull_due(self) -> bool:
+        """Whether the next read tries _pull (else it goes to the ring)."""
+        if self._pull_skip:
+            self._pull_skip -= 1
+            return False
+        return True
+
+    def _pull(self) -> bool:
+        """Feed the reader what the fd holds right now, without waiting.
+        True if that fed it data or EOF (an error is set on the reader and
+        raised, as its waiter would raise it); False: nothing there, the
+        ring's turn (which also ends a read of a closed stream)."""
+        if self._closing:
+            return False
+        view = self._chunk_view
+        if view is None:
+            self._new_chunk()
+            view = self._chunk_view
+            assert view is not None
+        reader = self._reader
+        assert reader is not None
+        try:
+            if self._is_socket:
+                n = self._owner.recv_into(view, _CHUNK, _DONTWAIT)
+            else:
+                n = os.preadv(self._fd, [view], -1, _RWF_NOWAIT)
+        except BlockingIOError:
+            self._pull_skip = self._pull_backoff
+            if self._pull_backoff < 64:
+                self._pull_backoff *= 2
+            return False
+        except OSError as exc:
+            if exc.errno is None or exc.errno in _NO_DIRECT:
+                self._pull_skip = 1 << 62  # (a kernel without RWF_NOWAIT for pipes): the ring only
+                return False
+            reader.set_exception(exc)
+            self.abort()  # as asyncio's transport closes on a read error
+            raise  # (as the waiter would have)
+        except (TypeError, ValueError, AttributeError):
+            self._pull_skip = 1 << 62  # not a plain socket or fd: the ring only
+            return False
+        self._pull_backoff = 1
+        if n:
+            reader._buffer += view[:n]  # feed_data, less a transport's needs
+        else:
+            reader.feed_eof()
+        return True
+
     def _arm(self) -> None:
         """Start a receive into the reader's buffer; its CQE feeds the reader
         (data, EOF or the error) and wakes its waiter, maybe before this returns."""
@@ -187,9 +250,9 @@ class _Channel:
                 assert self._reader is not None
                 self._reader.feed_eof()  # closed under the reader: end of stream
                 return
-            # Not zeroed: the kernel touches only the pages it fills, so
-            # many idle connections cost address space, not memory.
-            chunk = self._chunk = _alloc(_CHARS, _CHUNK)
+            chunk = self._chunk
+            if chunk is None:
+                chunk = self._new_chunk()
             if self._is_socket:
                 args = (_RECV, self._fd, chunk, _CHUNK, 0, 0)
             else:
@@ -660,11 +723,24 @@ class StreamReader(asyncio.StreamReader):
         if self._waiter is not None:
             raise RuntimeError(f"{func_name}() called while another coroutine is already "
                                "waiting for incoming data")
+        if not channel._armed and channel._pull_due():
+            if pace():
+                await self._turn()  # (a stream that always has data still lets the loop run)
+            if not channel._armed and channel._pull():
+                return
         waiter = self._waiter = self._loop.create_future()
         try:
             if not channel._armed:
                 channel._arm()
             await waiter
+        finally:
+            self._waiter = None
+
+    async def _turn(self) -> None:
+        """Let the loop run once, as a reader that waits (others get RuntimeError)."""
+        self._waiter = self._busy
+        try:
+            await asyncio.sleep(0)
         finally:
             self._waiter = None
 
@@ -754,6 +830,11 @@ class StreamReader(asyncio.StreamReader):
                     if channel is None or self._waiter is not None:
                         await self._wait_for_data("readinto_exactly")
                         continue
+                    if not channel._armed and channel._pull_due():
+                        if pace():
+                            await self._turn()
+                        if not channel._armed and channel._pull():
+                            continue
                     waiter = self._waiter = self._loop.create_future()
                     try:
                         if not channel._armed:

@@ -206,6 +206,128 @@ async def test_a_kernel_without_nowait_pipe_writes_sends_through_the_ring(monkey
     await reader.wait_closed()
 
 
+@pytest.mark.parametrize("blocking", [True, False], ids=["blocking", "nonblocking"])
+async def test_a_read_of_what_is_already_in_the_pipe_takes_it_at_once(blocking):
+    r, w = os.pipe()
+    os.set_blocking(r, blocking)
+    reader = await aioring.open_pipe_reader(r)
+    try:
+        statistics()
+        os.write(w, b"already here")
+        before = statistics()["submit_calls"], statistics()["completions"]
+        assert await reader.readexactly(7) == b"already"
+        buf = bytearray(5)
+        assert await reader.readinto_exactly(buf) == 5 and buf == b" here"
+        os.close(w)
+        assert await reader.read() == b""  # end of file, found the same way
+        assert (statistics()["submit_calls"], statistics()["completions"]) == before  # no ring op
+    finally:
+        reader.close()
+        await reader.wait_closed()
+    assert not _fd_is_open(r)
+
+
+async def test_reads_that_find_nothing_go_to_the_ring_and_still_get_everything():
+    r, w = os.pipe()
+    reader = await aioring.open_pipe_reader(r)
+    writer = await aioring.open_pipe_writer(w)
+    try:
+        statistics()
+        completions = statistics()["completions"]
+        got = []
+        for i in range(200):
+            read = asyncio.ensure_future(reader.readexactly(4))
+            await asyncio.sleep(0)  # the read starts on the empty pipe
+            writer.write(i.to_bytes(4, "big"))
+            got.append(await read)
+        assert got == [i.to_bytes(4, "big") for i in range(200)]
+        assert statistics()["completions"] > completions  # (the ring waited for them)
+    finally:
+        writer.close()
+        reader.close()
+        await writer.wait_closed()
+        await reader.wait_closed()
+
+
+async def test_a_reader_that_always_finds_data_still_lets_the_loop_run():
+    r, w = os.pipe()
+    reader = await aioring.open_pipe_reader(r)
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+    task = asyncio.ensure_future(other())
+    try:
+        await asyncio.sleep(0)
+        turns = 0
+        for i in range(300):  # every read finds its byte in the pipe
+            os.write(w, bytes([i % 256]))
+            assert await reader.read(10) == bytes([i % 256])
+        assert turns > 0
+    finally:
+        task.cancel()
+        os.close(w)
+        reader.close()
+        await reader.wait_closed()
+
+
+@pytest.mark.parametrize("reading", ["read", "readinto_exactly"])
+async def test_a_reader_closed_while_it_lets_the_loop_run_ends_at_eof(reading, loop_errors):
+    from aioring import _ops
+    statistics()
+    fds = _open_fds()
+    r, w = os.pipe()
+    reader = await aioring.open_pipe_reader(r)
+    os.write(w, b"never read")
+    _ops._unyielded[0] = _ops.YIELD_EVERY - 1  # the read's first step is to let the loop run
+    if reading == "read":
+        pending = asyncio.ensure_future(reader.read(100))
+    else:
+        pending = asyncio.ensure_future(reader.readinto_exactly(bytearray(4)))
+    await asyncio.sleep(0)
+    assert not pending.done()
+    reader.close()  # meanwhile: the fd is closed at once (nothing is in flight)
+    if reading == "read":
+        assert await pending == b""
+    else:
+        with pytest.raises(asyncio.IncompleteReadError):
+            await pending
+    await reader.wait_closed()
+    assert not _fd_is_open(r)
+    os.close(w)
+    assert _open_fds() == fds
+    assert loop_errors == []
+
+
+async def test_a_kernel_without_nowait_pipe_reads_reads_through_the_ring(monkeypatch):
+    from aioring import _streams
+    # An unknown flag: preadv2 answers EOPNOTSUPP, as a kernel whose pipes lack RWF_NOWAIT does.
+    monkeypatch.setattr(_streams, "_RWF_NOWAIT", 1 << 30)
+    tries = []
+    preadv = os.preadv
+
+    def spy(fd, buffers, offset, flags=0):
+        if flags == 1 << 30:
+            tries.append(fd)
+        return preadv(fd, buffers, offset, flags)
+    monkeypatch.setattr(os, "preadv", spy)
+    r, w = os.pipe()
+    reader = await aioring.open_pipe_reader(r)
+    try:
+        os.write(w, b"already here")
+        assert await reader.read(100) == b"already here"
+        os.write(w, b"more")
+        assert await reader.read(100) == b"more"
+        assert tries == [r]  # refused once, then the ring only
+    finally:
+        os.close(w)
+        reader.close()
+        await reader.wait_closed()
+
+
 @pytest.mark.parametrize("room", [0, 100, 4096 + 100])
 async def test_small_writes_into_a_nearly_full_pipe_arrive_whole_and_in_order(room):
     """A write the pipe has no room for (EAGAIN), room for a part of (a short

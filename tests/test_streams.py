@@ -13,6 +13,7 @@ import functools
 import os
 import random
 import resource
+import select
 import socket
 import struct
 import sys
@@ -320,6 +321,28 @@ async def test_write_eof_reaches_a_plain_socket_after_the_buffered_data(socks, i
     b.shutdown(socket.SHUT_WR)
     assert await reader.read() == b"still open the other way"
     await _close(writer)
+
+
+async def test_reads_of_what_already_arrived_take_it_at_once(socks):
+    a, b = _tcp_pair(socks)
+    reader, writer = await aioring.open_connection(sock=a)
+    statistics()
+    b.sendall(b"frame-one|frame-two")
+    await asyncio.to_thread(_until_readable, a)
+    before = statistics()["submit_calls"], statistics()["completions"]
+    assert await reader.readuntil(b"|") == b"frame-one|"
+    buf = bytearray(9)
+    assert await reader.readinto_exactly(buf) == 9 and buf == b"frame-two"
+    b.shutdown(socket.SHUT_WR)
+    await asyncio.to_thread(_until_readable, a)
+    assert await reader.read() == b""
+    assert reader.at_eof()
+    assert (statistics()["submit_calls"], statistics()["completions"]) == before  # no ring op
+    await _close(writer)
+
+
+def _until_readable(sock: socket.socket) -> None:
+    select.select([sock], [], [])
 
 
 # -------------------------------------------------------------------- resets
