@@ -36,6 +36,8 @@ C_SOURCE = r"""
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+#include <sys/syscall.h>
 #include <liburing.h>
 
 /* Opcodes newer than liburing 2.3's enum (the probe says whether the kernel
@@ -547,6 +549,63 @@ static int aior_sync_openat(int dfd, const char *path, int flags, unsigned mode)
     AIOR_SYSCALL(openat(dfd, path, flags, mode));
 }
 
+#ifndef SYS_openat2
+#define SYS_openat2 437 /* Linux 5.6, the same number on every architecture */
+#endif
+#ifndef RESOLVE_CACHED
+#define RESOLVE_CACHED 0x20 /* Linux 5.12 */
+#endif
+
+struct aior_open_how {
+    uint64_t flags;
+    uint64_t mode;
+    uint64_t resolve;
+};
+
+/* An open that never waits, as io_uring's own inline attempt at OPENAT:
+   openat2 with RESOLVE_CACHED (EAGAIN unless every path component is in the
+   dentry cache) and O_NONBLOCK (a FIFO does not wait for its other end),
+   which is cleared afterwards unless the caller asked for it (an O_PATH fd
+   has no such flag to clear).  Creating and
+   truncating may wait: -EAGAIN without a system call. */
+static int aior_open_now(int dfd, const char *path, int flags)
+{
+    struct aior_open_how how;
+    int fd;
+
+    if (flags & (O_CREAT | O_TRUNC))
+        return -EAGAIN;
+#ifdef __O_TMPFILE
+    if (flags & __O_TMPFILE)
+        return -EAGAIN;
+#endif
+    memset(&how, 0, sizeof how);
+    /* (openat2 refuses O_PATH with any flag but O_CLOEXEC, O_DIRECTORY and
+       O_NOFOLLOW; an O_PATH open opens nothing that could wait.) */
+    how.flags = (uint64_t)(unsigned)(flags & O_PATH ? flags : flags | O_NONBLOCK);
+    how.resolve = RESOLVE_CACHED;
+    fd = (int)syscall(SYS_openat2, dfd, path, &how, sizeof how);
+    if (fd < 0)
+        return -errno;
+    if (!(flags & (O_NONBLOCK | O_PATH)) && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+        int err = errno;
+
+        close(fd);
+        return -err;
+    }
+    return fd;
+}
+
+/* The file system type (statfs's f_type) of an fd, or -errno. */
+static int64_t aior_fs_type(int fd)
+{
+    struct statfs sfs;
+
+    if (fstatfs(fd, &sfs) < 0)
+        return -errno;
+    return (int64_t)(uint64_t)(unsigned long)sfs.f_type;
+}
+
 static int aior_sync_close(int fd)
 {
     /* No retry: after EINTR the fd is gone all the same on Linux. */
@@ -737,6 +796,8 @@ int aior_ring_fd(struct io_uring *ring);
 int aior_sync_rw(int op, int fd, void *addr, unsigned len, int64_t off, unsigned op_flags);
 int aior_sync_openat(int dfd, const char *path, int flags, unsigned mode);
 int aior_sync_close(int fd);
+int aior_open_now(int dfd, const char *path, int flags);
+int64_t aior_fs_type(int fd);
 int aior_sync_statx(int dfd, const char *path, int flags, unsigned mask, struct statx *buf);
 int aior_sync_unlinkat(int dfd, const char *path, int flags);
 int aior_sync_renameat(int olddfd, const char *oldpath, int newdfd, const char *newpath,

@@ -58,6 +58,27 @@ _OPEN: dict[tuple[int, int], int] = {}
 
 _OFF_MAX = 2**63 - 1
 
+# File systems whose files have no flush operation: closing one of their
+# files never waits for the disk or a server, so the kernel closes it inside
+# the ring's submit call too (it hands the close of a file that has a flush,
+# on NFS, FUSE, CIFS or overlayfs say, to a worker thread).  A file opened
+# only for reading on one of them is closed at once: no ring op, no wait.
+_NO_FLUSH_FS = frozenset({
+    0xEF53,  # ext2, ext3, ext4
+    0x58465342,  # xfs
+    0x9123683E,  # btrfs
+    0x01021994,  # tmpfs
+    0xF2F52010,  # f2fs
+})
+_FS_CLOSES_AT_ONCE: dict[int, bool] = {}  # per st_dev
+
+
+def _closes_at_once(fd: int, dev: int) -> bool:
+    known = _FS_CLOSES_AT_ONCE.get(dev)
+    if known is None:
+        known = _FS_CLOSES_AT_ONCE[dev] = lib.aior_fs_type(fd) in _NO_FLUSH_FS
+    return known
+
 _INF = 1 << 62
 _MIN_FILL = 128 * 1024  # a sequential fill reads at least this much ahead
 _MAX_WINDOW = 8 * 1024 * 1024  # writes never grow the window past this
@@ -85,8 +106,9 @@ class RingFileIO(io.FileIO):
     reports what the caller asked for.
     """
 
-    def __init__(self, fd: int, rawmode: str, name: Any, closefd: bool, size: int) -> None:
+    def __init__(self, fd: int, rawmode: str, name: Any, closefd: bool, st: os.stat_result) -> None:
         super().__init__(fd, rawmode, closefd=False)
+        size = st.st_size
         self.name = name
         self._fd = fd
         self._owns_fd = closefd
@@ -100,8 +122,10 @@ class RingFileIO(io.FileIO):
         self._defer = False
         self._busy = False
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        st = os.fstat(fd)
         self._key = (st.st_dev, st.st_ino)
+        # A file only read, on a file system whose files need no flush at
+        # close, is closed at once (see _closes_at_once).
+        self._close_now = rawmode == "rb" and _closes_at_once(fd, st.st_dev)
         self._gen = _GENERATIONS.get(self._key, 0)
         _OPEN[self._key] = _OPEN.get(self._key, 0) + 1
         self._counted = True
@@ -593,6 +617,8 @@ class RingFileIO(io.FileIO):
                     elif kind == _TRUNCATE:
                         await _pathops.ftruncate(self._fd, entry[1])
                         wrote = True
+                    elif self._close_now:
+                        os.close(self._fd)
                     else:
                         await _pathops.close(self._fd)
                 except OSError as exc:
@@ -856,7 +882,7 @@ async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: 
             raw_of.name = name
             owned = False
             return result, False
-        raw = RingFileIO(fd, rawmode + "b", name, closefd, st.st_size)
+        raw = RingFileIO(fd, rawmode + "b", name, closefd, st)
         if shared_offset:  # FileIO reads and writes at the fd's own offset
             raw.shared_offset = True
             raw._pos = os.lseek(fd, 0, os.SEEK_CUR)

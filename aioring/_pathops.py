@@ -21,7 +21,8 @@ from typing import Any
 from collections.abc import Callable
 
 from ._liburing import ffi, lib
-from ._ops import check_fd, check_int, check_size, result
+from . import _ring
+from ._ops import _yield_keeping, check_fd, check_int, check_size, pace, result
 from ._ring import Op, Ring, get_ring, os_error
 
 __all__ = ["close", "fallocate", "ftruncate", "link", "lstat", "mkdir", "open", "rename", "replace", "rmdir",
@@ -76,12 +77,49 @@ def _finish_none(op: Op, res: int) -> None:
     return None
 
 
+# Opens are tried at once without waiting first (lib.aior_open_now); off if
+# the kernel lacks openat2.
+_open_now = [True]
+
+
+# What an open that never waits reports as the path walk's own answer (the
+# ring's OPENAT would walk the same cached path to the same error).
+_WALK_ERRORS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ELOOP,
+                          errno.ENAMETOOLONG, errno.EISDIR})
+
+
+async def _opened_now(dfd: int, encoded: bytes, flags: int, path: Any) -> int:
+    """The fd of an open done at once (see open), or -1: the ring's turn."""
+    if not _open_now[0]:
+        return -1
+    if _ring._owed:
+        _ring._deliver_owed()
+    fd = lib.aior_open_now(dfd, encoded, flags)
+    if fd >= 0:
+        if pace():
+            await _yield_keeping()  # (a task opening cached files would not yield otherwise)
+        return fd
+    if -fd in _WALK_ERRORS:
+        raise os_error(fd, path)
+    if fd == -errno.ENOSYS:
+        _open_now[0] = False
+    return -1  # EAGAIN (the disk), or what the ring's OPENAT should say
+
+
 async def open(path: Path, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
-    """os.open through IORING_OP_OPENAT: the new fd is non-inheritable, as os.open's."""
+    """os.open through IORING_OP_OPENAT: the new fd is non-inheritable, as os.open's.
+
+    An open that needs nothing but the kernel's caches (no path component to
+    read from the disk, nothing to create or truncate) is done at once, with
+    no ring operation and no wait for the loop, as the kernel itself would do
+    the ring's OPENAT inside the submit call; the others go to the ring."""
     encoded = _encode(path, "open")
     flags = check_int(flags, "flags") | os.O_CLOEXEC
     mode = check_int(mode, "mode")
     dfd = _dir_fd(dir_fd)
+    fd = await _opened_now(dfd, encoded, flags, path)
+    if fd >= 0:
+        return fd
     fallback = functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)
     return await _call(lib.IORING_OP_OPENAT, fallback, lib.aior_prep_openat,
                        (dfd, encoded, flags, mode), filename=path)
@@ -137,8 +175,14 @@ async def stat(path: Path | int, *, dir_fd: int | None = None,
         flags = 0 if follow_symlinks else lib.AT_SYMLINK_NOFOLLOW
         loop = asyncio.get_running_loop()
         ring = get_ring(loop)
+        oflags = _O_PATH if follow_symlinks else _O_PATH | os.O_NOFOLLOW
+        fd = await _opened_now(dfd, encoded, oflags, path)
+        if fd >= 0:
+            try:
+                return os.fstat(fd)
+            finally:
+                os.close(fd)
         if ring.supports(lib.IORING_OP_OPENAT):
-            oflags = _O_PATH if follow_symlinks else _O_PATH | os.O_NOFOLLOW
             try:
                 fd = await _on_ring(loop, ring, lib.aior_prep_openat, (dfd, encoded, oflags, 0),
                                     filename=path)

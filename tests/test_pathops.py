@@ -69,10 +69,14 @@ def _open_fds():
             if os.path.exists(f"/proc/self/fd/{fd}")}
 
 
-async def test_stat_matches_os_stat_on_every_kind_of_path(disk_dir):
+@pytest.mark.parametrize("how", ["at-once", "ring"])
+async def test_stat_matches_os_stat_on_every_kind_of_path(disk_dir, how, monkeypatch):
     """Files, directories, a FIFO (stat must not open it for reading), a device,
     symlinks (dangling, looping, to a directory) and trailing slashes: each
-    result or error equals os.stat's and os.lstat's, and no fd is left open."""
+    result or error equals os.stat's and os.lstat's, and no fd is left open;
+    with paths in the kernel's cache (at once) and as if they were not (ring)."""
+    if how == "ring":
+        monkeypatch.setattr(ring_os, "_open_now", [False])
     join = functools.partial(os.path.join, disk_dir)
     with open(join("file"), "wb") as f:
         f.write(b"x" * 12345)
@@ -96,6 +100,25 @@ async def test_stat_matches_os_stat_on_every_kind_of_path(disk_dir):
                 got = await ring_os.stat(path, follow_symlinks=follow)
                 assert _stat_fields(got) == expected, (path, follow)
     assert _open_fds() == fds
+
+
+async def test_stat_and_open_of_cached_paths_take_no_ring_op(disk_dir):
+    path = os.path.join(disk_dir, "f")
+    with open(path, "wb") as f:
+        f.write(b"abc")
+    os.stat(path)  # (in the kernel's cache)
+    statistics()
+    before = statistics()["completions"], statistics()["submit_calls"]
+    assert _stat_fields(await ring_os.stat(path)) == _stat_fields(os.stat(path))
+    await _same_error(ring_os.stat(path + "x"), _os_error(os.stat, path + "x"))
+    fd = await ring_os.open(path, os.O_RDONLY)
+    try:
+        assert not os.get_inheritable(fd) and os.read(fd, 10) == b"abc"
+        assert os.get_blocking(fd)  # (the open's own O_NONBLOCK is gone)
+    finally:
+        os.close(fd)
+    await _same_error(ring_os.open(path + "x", os.O_RDONLY), _os_error(os.open, path + "x", os.O_RDONLY))
+    assert (statistics()["completions"], statistics()["submit_calls"]) == before
 
 
 async def test_stat_without_a_free_fd_still_works(disk_dir):
@@ -214,3 +237,26 @@ async def test_ftruncate(disk_dir):
     finally:
         os.close(fd)
     await _same_error(ring_os.ftruncate(fd, 1), _os_error(os.ftruncate, fd, 1))
+
+
+async def test_a_task_opening_cached_files_still_lets_the_loop_run(disk_dir):
+    import asyncio
+    path = os.path.join(disk_dir, "f")
+    pathlib.Path(path).write_bytes(b"abc")
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+    task = asyncio.ensure_future(other())
+    try:
+        await asyncio.sleep(0)
+        turns = 0
+        for _ in range(300):
+            os.close(await ring_os.open(path, os.O_RDONLY))
+            await ring_os.stat(path)
+        assert turns > 0
+    finally:
+        task.cancel()
