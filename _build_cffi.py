@@ -596,6 +596,41 @@ static int aior_open_now(int dfd, const char *path, int flags)
     return fd;
 }
 
+/* A file's rest read at once from the page cache: exactly n bytes at pos
+   into out, where the file ends.  0 when that is so; otherwise -EAGAIN (a
+   part is not cached, or the file is no longer n bytes long past pos) or
+   -errno, and the caller reads through the ring.  A spare buffer past n
+   shows a file that grew; a one-byte read past n tells the end of the file
+   from a page that is not cached (either stops a read at n). */
+#ifdef RWF_NOWAIT
+#define AIOR_RWF_NOWAIT RWF_NOWAIT
+#else
+#define AIOR_RWF_NOWAIT 0x00000008
+#endif
+
+static int aior_read_whole_now(int fd, char *out, unsigned n, int64_t pos)
+{
+    char spare[4096], probe[1];
+    struct iovec iov[2];
+    ssize_t got;
+
+    iov[0].iov_base = out;
+    iov[0].iov_len = n;
+    iov[1].iov_base = spare;
+    iov[1].iov_len = sizeof spare;
+    got = preadv2(fd, iov, 2, pos, AIOR_RWF_NOWAIT);
+    if (got < 0)
+        return -errno;
+    if ((size_t)got != n)
+        return -EAGAIN;
+    iov[0].iov_base = probe;
+    iov[0].iov_len = 1;
+    got = preadv2(fd, iov, 1, pos + n, AIOR_RWF_NOWAIT);
+    if (got < 0)
+        return -errno;
+    return got == 0 ? 0 : -EAGAIN;
+}
+
 /* The file system type (statfs's f_type) of an fd, or -errno. */
 static int64_t aior_fs_type(int fd)
 {
@@ -798,6 +833,7 @@ int aior_sync_openat(int dfd, const char *path, int flags, unsigned mode);
 int aior_sync_close(int fd);
 int aior_open_now(int dfd, const char *path, int flags);
 int64_t aior_fs_type(int fd);
+int aior_read_whole_now(int fd, char *out, unsigned n, int64_t pos);
 int aior_sync_statx(int dfd, const char *path, int flags, unsigned mask, struct statx *buf);
 int aior_sync_unlinkat(int dfd, const char *path, int flags);
 int aior_sync_renameat(int olddfd, const char *oldpath, int newdfd, const char *newpath,

@@ -89,12 +89,10 @@ _READV_OP = lib.IORING_OP_READV
 _REST_SPARE = 4096  # read(-1) reads this much past the size it knows: the end shows
 _REST_MIN = 4096  # (bytes of length 0 and 1 are shared objects: never filled)
 _REST_MAX = _ops.MAX_RW - _REST_SPARE
-_END_PROBE = bytearray(1)  # where a read found the end of file, a read of one more byte finds nothing
-_preadv = os.preadv
-_RWF_NOWAIT = _ops._RWF_NOWAIT
 _CHARS = ffi.typeof("char[]")
 _from_buffer = ffi.from_buffer
 _PREP_RW = lib.aior_prep_rw
+_read_whole_now = lib.aior_read_whole_now
 
 
 class RingFileIO(io.FileIO):
@@ -106,34 +104,35 @@ class RingFileIO(io.FileIO):
     reports what the caller asked for.
     """
 
+    # What most files keep as it starts; an instance sets its own when it changes.
+    _wstart = 0  # the window (_wbuf) holds bytes [_wstart, _wstart + len) of the file
+    _weof = False  # the window ends at end of file (checked in this call)
+    _defer = False
+    _busy = False
+    _waiters: collections.deque[asyncio.Future[None]] = ()  # type: ignore[assignment]  # calls waiting to take the file
+    _stamp: tuple[int, int, int] | None = None
+    _fresh = False
+    shared_offset = False  # opened from an fd: keep the fd's offset in step
+    newline: str | None = None  # the text layer's newline argument, for line prefetch
+    bufsize = io.DEFAULT_BUFFER_SIZE  # the buffered layer's size, for prefetch slack
+
     def __init__(self, fd: int, rawmode: str, name: Any, closefd: bool, st: os.stat_result) -> None:
         super().__init__(fd, rawmode, closefd=False)
-        size = st.st_size
         self.name = name
         self._fd = fd
         self._owns_fd = closefd
-        self._append = "a" in rawmode
-        self._size = size
-        self._pos = size if self._append else 0
-        self._wbuf = bytearray()  # the window: bytes [_wstart, _wstart + len) of the file
-        self._wstart = 0
-        self._weof = False  # the window ends at end of file (checked in this call)
+        self._append = append = "a" in rawmode
+        self._size = size = st.st_size
+        self._pos = size if append else 0
+        self._wbuf = bytearray()
         self._queue: collections.deque[tuple[Any, ...]] = collections.deque()
-        self._defer = False
-        self._busy = False
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._key = (st.st_dev, st.st_ino)
+        self._key = key = (st.st_dev, st.st_ino)
         # A file only read, on a file system whose files need no flush at
         # close, is closed at once (see _closes_at_once).
         self._close_now = rawmode == "rb" and _closes_at_once(fd, st.st_dev)
-        self._gen = _GENERATIONS.get(self._key, 0)
-        _OPEN[self._key] = _OPEN.get(self._key, 0) + 1
+        self._gen = _GENERATIONS.get(key, 0)
+        _OPEN[key] = _OPEN.get(key, 0) + 1
         self._counted = True
-        self._stamp: tuple[int, int, int] | None = None
-        self._fresh = False
-        self.shared_offset = False  # opened from an fd: keep the fd's offset in step
-        self.newline: str | None = None  # the text layer's newline argument, for line prefetch
-        self.bufsize = io.DEFAULT_BUFFER_SIZE  # the buffered layer's size, for prefetch slack
 
     # -- what FileIO reports ----------------------------------------------
     @property
@@ -161,6 +160,10 @@ class RingFileIO(io.FileIO):
         super().__del__()
 
     # -- position ----------------------------------------------------------
+    def seekable(self) -> bool:
+        io.FileIO.readable(self)  # ValueError when closed
+        return True  # a regular file (FileIO would ask the kernel with an lseek)
+
     def tell(self) -> int:
         io.FileIO.readable(self)  # ValueError when closed
         return self._pos
@@ -377,7 +380,7 @@ class RingFileIO(io.FileIO):
         if self.closed:
             return
         self._uncount()
-        if self._defer:
+        if self._defer and not (self._close_now and not self._queue):  # (else: at once, below)
             try:
                 io.FileIO.close(self)  # closefd=False: marks it closed, the fd stays open
             finally:
@@ -421,7 +424,10 @@ class RingFileIO(io.FileIO):
             self._busy = True
             return
         waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        waiters = self._waiters
+        if not waiters:
+            waiters = self._waiters = collections.deque()
+        waiters.append(waiter)
         try:
             await waiter
         except asyncio.CancelledError:
@@ -702,19 +708,15 @@ async def read_rest(raw: RingFileIO, n: int) -> tuple[bytes, bool]:
     if pace():
         await asyncio.sleep(0)  # (a task reading from the page cache would not yield otherwise)
     out = bytes(n)
-    spare = bytearray(_REST_SPARE)
     c_out = _from_buffer(_CHARS, out, False)
-    c_spare = _from_buffer(_CHARS, spare, False)
     pos = raw._pos
-    # From the page cache, at once: all of it, then nothing more (the end).
-    try:
-        got = _preadv(raw._fd, (ffi.buffer(c_out), spare), pos, _RWF_NOWAIT)
-        if n <= got < n + _REST_SPARE and not _preadv(raw._fd, (_END_PROBE,), pos + got, _RWF_NOWAIT):
-            ffi.release(c_out)
-            ffi.release(c_spare)
-            return (out if got == n else out + spare[:got - n]), True
-    except OSError:
-        pass  # not cached, or a file system that cannot say without waiting: the ring's
+    if not _read_whole_now(raw._fd, c_out, n, pos):  # from the page cache, at once
+        ffi.release(c_out)
+        return out, True
+    # Not all cached, a file system that cannot say without waiting, a file
+    # that changed size, or an error: the ring's.
+    spare = bytearray(_REST_SPARE)
+    c_spare = _from_buffer(_CHARS, spare, False)
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
     iov = ffi.new("struct iovec[2]")
@@ -812,11 +814,29 @@ _MODE_FLAGS = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
                "x": os.O_WRONLY | os.O_CREAT | os.O_EXCL, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND}
 
 
+# Arguments of binary opens that check_open found good (their checks depend
+# on nothing else); bounded, as callers may pass many distinct values.
+_GOOD_BINARY_ARGS: set[tuple[Any, ...]] = set()
+
+
 def check_open(file: Any, mode: str, buffering: int, encoding: str | None, errors: str | None,
                newline: str | None, closefd: bool) -> None:
     """Raise what builtin open raises for these arguments, without opening anything."""
     if not isinstance(file, int):
         os.fspath(file)  # TypeError as builtin open's
+    cacheable = (type(mode) is str and "b" in mode and type(buffering) is int and type(closefd) is bool
+                 and encoding is None and errors is None and newline is None)
+    if cacheable:
+        key = (isinstance(file, int), mode, buffering, closefd)
+        if key in _GOOD_BINARY_ARGS:
+            return
+    _check_open(file, mode, buffering, encoding, errors, newline, closefd)
+    if cacheable and len(_GOOD_BINARY_ARGS) < 64:
+        _GOOD_BINARY_ARGS.add(key)
+
+
+def _check_open(file: Any, mode: str, buffering: int, encoding: str | None, errors: str | None,
+                newline: str | None, closefd: bool) -> None:
     # Let builtin open check every argument (same exceptions, same messages):
     # on fd -1 it gets as far as creating the FileIO and stops there.
     try:
@@ -892,7 +912,7 @@ async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: 
         raise
     try:
         line_buffering = False
-        if buffering == 1 or (buffering < 0 and raw.isatty()):
+        if buffering == 1:  # (a regular file is never a terminal: no isatty to ask)
             buffering = -1
             line_buffering = True
         if buffering < 0:

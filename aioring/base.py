@@ -106,8 +106,16 @@ class AsyncBase:
         if raw is None:
             assert isinstance(name, str)
             return await self._executor_call(name, *args)
-        if await raw.enter():
-            plan = self._replan(name, args)  # the calls before this one moved the position
+        if raw._busy or raw._queue:
+            if await raw.enter():
+                plan = self._replan(name, args)  # the calls before this one moved the position
+        else:  # (enter's work, without a coroutine)
+            raw._busy = True
+            try:
+                raw.begin_call()
+            except BaseException:
+                raw.release()
+                raise
         try:
             return await self._run(raw, name, plan, args, size_fresh)
         finally:

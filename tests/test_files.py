@@ -342,3 +342,22 @@ async def test_opens_that_must_wait_go_to_the_ring(sample: str, mode: str, monke
         assert not f._raw._close_now
     assert aioring.statistics()["completions"] >= before + 2  # the open and the close
     assert _fds() == fds
+
+
+@pytest.mark.parametrize("mode", ["rb", "r", "wb", "a+"])
+async def test_raw_layer_answers_seekable_and_isatty_as_fileio(disk_dir: str, mode: str) -> None:
+    """A regular file is seekable and no terminal; the raw layer says so
+    without asking the kernel, and raises FileIO's error once closed."""
+    path = os.path.join(disk_dir, "f")
+    with open(path, "wb") as f:
+        f.write(b"x\ny\n")
+    with open(path, mode) as theirs:
+        async with aioring.open(path, mode) as f:
+            ours_raw, their_raw = _file.ring_raw(f._file), getattr(theirs, "buffer", theirs).raw
+            assert (ours_raw.seekable(), ours_raw.isatty()) == (their_raw.seekable(), their_raw.isatty())
+            assert (await f.seekable(), await f.isatty()) == (theirs.seekable(), theirs.isatty())
+            assert getattr(f._file, "line_buffering", False) == getattr(theirs, "line_buffering", False)
+    for raw in (ours_raw, their_raw):
+        with pytest.raises(ValueError) as caught:
+            raw.seekable()
+        assert str(caught.value) == "I/O operation on closed file"
