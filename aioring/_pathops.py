@@ -17,12 +17,13 @@ import asyncio
 import errno
 import functools
 import os
+import sys
 from typing import Any
 from collections.abc import Callable
 
 from ._liburing import ffi, lib
 from . import _ring
-from ._ops import _yield_keeping, check_fd, check_int, check_size, pace, result
+from ._ops import _INT_MAX, _INT_MIN, _yield_keeping, check_fd, check_int, check_size, pace, result
 from ._ring import Op, Ring, get_ring, os_error
 
 __all__ = ["close", "fallocate", "ftruncate", "link", "lstat", "mkdir", "open", "rename", "replace", "rmdir",
@@ -34,15 +35,18 @@ _AT_FDCWD = lib.AT_FDCWD
 _STATX_NEW = ffi.typeof("struct statx *")
 
 
-def _encode(path: Any, func: str, name: str = "path") -> bytes:
-    """os's path conversion: str, bytes or os.PathLike; no NUL inside."""
+def _encode(path: Any, func: str, name: str = "path", fd_too: bool = False) -> bytes:
+    """os's path conversion: str, bytes or os.PathLike (or an int, where
+    `fd_too`, which the caller handles); no NUL inside.  Errors as os's."""
     try:
         raw = os.fspath(path)
     except TypeError:
-        raise TypeError(f"{func}: {name} should be string, bytes or os.PathLike, "
-                        f"not {type(path).__name__}") from None
+        kinds = "string, bytes, os.PathLike or integer" if fd_too else "string, bytes or os.PathLike"
+        raise TypeError(f"{func}: {name} should be {kinds}, not {type(path).__name__}") from None
     encoded = os.fsencode(raw)
     if b"\0" in encoded:
+        if isinstance(raw, str) and sys.version_info < (3, 13):
+            raise ValueError("embedded null byte")
         raise ValueError(f"{func}: embedded null character in {name}")
     return encoded
 
@@ -162,16 +166,39 @@ _O_PATH = os.O_PATH | os.O_CLOEXEC
 _NO_FD_LEFT = (errno.EMFILE, errno.ENFILE)
 
 
+def _path_fd(value: int) -> int:
+    """An fd given where os takes a path or an fd: os's OverflowError messages."""
+    if value > _INT_MAX:
+        raise OverflowError("fd is greater than maximum")
+    if value < _INT_MIN:
+        raise OverflowError("fd is less than minimum")
+    return check_fd(value)
+
+
 async def stat(path: Path | int, *, dir_fd: int | None = None,
                follow_symlinks: bool = True) -> os.stat_result:
     """os.stat: an O_PATH open through IORING_OP_OPENAT and an fstat of it
     (IORING_OP_STATX when no fd is left, or for an int path, which is an fd)."""
+    return await _stat(path, dir_fd, follow_symlinks, "stat")
+
+
+async def lstat(path: Path, *, dir_fd: int | None = None) -> os.stat_result:
+    """os.lstat: stat without following a final symlink (and no fd for a path)."""
+    if isinstance(path, int):
+        raise TypeError(f"lstat: path should be string, bytes or os.PathLike, not {type(path).__name__}")
+    return await _stat(path, dir_fd, False, "lstat")
+
+
+async def _stat(path: Path | int, dir_fd: int | None, follow_symlinks: bool,
+                func: str) -> os.stat_result:
     name: Any = path  # os.stat's errors name the fd too
     if isinstance(path, int):
-        fd = check_fd(path)
+        fd = _path_fd(path)
+        if dir_fd is not None:
+            raise ValueError(f"{func}: can't specify dir_fd without matching path")
         encoded, dfd, flags = b"", fd, lib.AT_EMPTY_PATH
     else:
-        encoded, dfd = _encode(path, "stat"), _dir_fd(dir_fd)
+        encoded, dfd = _encode(path, func, fd_too=func == "stat"), _dir_fd(dir_fd)
         flags = 0 if follow_symlinks else lib.AT_SYMLINK_NOFOLLOW
         loop = asyncio.get_running_loop()
         ring = get_ring(loop)
@@ -199,11 +226,6 @@ async def stat(path: Path | int, *, dir_fd: int | None = None,
     return await _call(lib.IORING_OP_STATX, fallback, lib.aior_prep_statx,
                        (dfd, encoded, flags, lib.STATX_BASIC_STATS, buf), buf, _finish_stat,
                        filename=name)
-
-
-async def lstat(path: Path, *, dir_fd: int | None = None) -> os.stat_result:
-    """os.lstat: stat without following a final symlink."""
-    return await stat(path, dir_fd=dir_fd, follow_symlinks=False)
 
 
 async def _unlinkat(func: str, path: Path, dir_fd: int | None, flags: int) -> None:

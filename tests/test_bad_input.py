@@ -235,6 +235,9 @@ row("os.stat: dir_fd of type str", lambda e: aioring.os.stat("x", dir_fd="3"),
 row("os.stat: dir_fd that is a file", lambda e: aioring.os.stat("x", dir_fd=e.ro),
     lambda e: os.stat("x", dir_fd=e.ro), kernel=True)
 row("os.lstat: NUL in the path", lambda e: aioring.os.lstat(b"a\0b"), lambda e: os.lstat(b"a\0b"))
+row("os.lstat: an fd for the path", lambda e: aioring.os.lstat(e.ro), lambda e: os.lstat(e.ro))
+row("os.stat: an fd with a dir_fd", lambda e: aioring.os.stat(e.ro, dir_fd=e.ro),
+    lambda e: os.stat(e.ro, dir_fd=e.ro))
 row("os.lstat: through a file", lambda e: aioring.os.lstat(e.path + "/x"),
     lambda e: os.lstat(e.path + "/x"), kernel=True)
 row("os.mkdir: existing directory", lambda e: aioring.os.mkdir(e.subdir), lambda e: os.mkdir(e.subdir),

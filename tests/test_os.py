@@ -112,3 +112,91 @@ async def test_walk_prunes_and_reports_errors(disk_dir):
     assert [row async for row in aioring.os.walk(os.path.join(disk_dir, "nope"),
                                                  onerror=errors.append)] == []
     assert isinstance(errors[0], FileNotFoundError)
+
+
+def _paths_to_ask(root):
+    """Every kind of path os.path's stat-based functions meet, and bad ones."""
+    import pathlib
+    f = os.path.join(root, "f")
+    with open(f, "wb") as fh:
+        fh.write(b"12345")
+    d = os.path.join(root, "d")
+    os.mkdir(d)
+    os.symlink("f", os.path.join(root, "lf"))
+    os.symlink("d", os.path.join(root, "ld"))
+    os.symlink("missing", os.path.join(root, "broken"))
+    os.symlink("loop", os.path.join(root, "loop"))
+    fd = os.open(f, os.O_RDONLY)
+    closed_fd = os.open(f, os.O_RDONLY)
+    os.close(closed_fd)
+    paths = [f, d, os.path.join(root, "lf"), os.path.join(root, "ld"), os.path.join(root, "broken"),
+             os.path.join(root, "loop"), os.path.join(root, "missing"), os.path.join(f, "x"),
+             os.path.join(root, "x" * 300), f.encode(), pathlib.Path(d), fd, closed_fd, -5, 2**70, -2**70,
+             "", "a\0b", b"a\0b", None, 1.5, ["f"]]
+    return paths, fd
+
+
+def _outcome_of(result):
+    if isinstance(result, BaseException):
+        return type(result), str(result), getattr(result, "errno", None)
+    return "ok", result
+
+
+@pytest.mark.parametrize("name", ["exists", "isfile", "isdir", "islink", "getsize", "getmtime",
+                                  "getatime", "getctime"])
+async def test_stat_based_path_functions_equal_os_path(disk_dir, name):
+    """Results, and the exceptions raised or caught, are os.path's, for every
+    kind of file, link, missing path, fd and bad argument."""
+    paths, fd = _paths_to_ask(disk_dir)
+    try:
+        for path in paths:
+            try:
+                theirs = getattr(os.path, name)(path)
+            except Exception as exc:
+                theirs = exc
+            try:
+                ours = await getattr(aioring.ospath, name)(path)
+            except Exception as exc:
+                ours = exc
+            assert _outcome_of(ours) == _outcome_of(theirs), (name, path)
+    finally:
+        os.close(fd)
+    assert getattr(aioring.ospath, name).__name__ == name
+    assert getattr(aioring.ospath, name).__doc__ == getattr(os.path, name).__doc__
+
+
+async def test_samefile_equals_os_path(disk_dir):
+    paths, fd = _paths_to_ask(disk_dir)
+    try:
+        f, d, lf, ld, broken = paths[:5]
+        for a, b in ((f, lf), (lf, f), (f, d), (d, ld), (f, fd), (f, broken), (broken, f),
+                     (f, None), (f, "a\0b")):
+            try:
+                theirs = os.path.samefile(a, b)
+            except Exception as exc:
+                theirs = exc
+            try:
+                ours = await aioring.ospath.samefile(a, b)
+            except Exception as exc:
+                ours = exc
+            assert _outcome_of(ours) == _outcome_of(theirs), (a, b)
+    finally:
+        os.close(fd)
+
+
+async def test_stat_based_path_functions_need_no_executor(disk_dir):
+    """They ask the kernel from the loop's thread: a loop whose executor
+    refuses work still answers them."""
+    class NoExecutor(ThreadPoolExecutor):
+        def submit(self, *args, **kwargs):
+            raise AssertionError("nothing should run in the executor")
+
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(NoExecutor(1))
+    f = os.path.join(disk_dir, "f")
+    with open(f, "wb") as fh:
+        fh.write(b"abc")
+    assert await aioring.ospath.exists(f) and await aioring.ospath.isfile(f)
+    assert await aioring.ospath.isdir(disk_dir) and not await aioring.ospath.islink(f)
+    assert await aioring.ospath.getsize(f) == 3
+    assert await aioring.ospath.samefile(f, f)
