@@ -631,6 +631,42 @@ static int aior_read_whole_now(int fd, char *out, unsigned n, int64_t pos)
     return got == 0 ? 0 : -EAGAIN;
 }
 
+/* A read or write at the fd's own position (offset -1) that does not wait:
+   what a pipe, a socket or a terminal holds or has room for now, the page
+   cache's part of a file.  Returns the count when the call is complete as a
+   blocking read or write would leave it (all of n; the end of a file; a short
+   count of anything but a regular file, which a blocking read of a pipe or a
+   socket returns too), -errno when nothing moved (-EAGAIN, -EOPNOTSUPP: the
+   ring's turn), or AIOR_PARTIAL + the count when a regular file's part is
+   done and the ring must do the rest (a page not cached, say). */
+#define AIOR_PARTIAL ((int64_t)1 << 40)
+
+static int64_t aior_rw_now(int write, int fd, char *buf, unsigned n)
+{
+    struct iovec iov;
+    struct stat st;
+    ssize_t got, more;
+
+    iov.iov_base = buf;
+    iov.iov_len = n;
+    got = write ? pwritev2(fd, &iov, 1, -1, AIOR_RWF_NOWAIT) : preadv2(fd, &iov, 1, -1, AIOR_RWF_NOWAIT);
+    if (got < 0)
+        return -errno;
+    if (got == 0 || (size_t)got == n || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        return got;
+    while ((size_t)got < n) {
+        iov.iov_base = buf + got;
+        iov.iov_len = n - got;
+        more = write ? pwritev2(fd, &iov, 1, -1, AIOR_RWF_NOWAIT) : preadv2(fd, &iov, 1, -1, AIOR_RWF_NOWAIT);
+        if (more == 0 && !write)
+            return got;  /* the end of the file */
+        if (more <= 0)
+            return AIOR_PARTIAL + got;
+        got += more;
+    }
+    return got;
+}
+
 /* The file system type (statfs's f_type) of an fd, or -errno. */
 static int64_t aior_fs_type(int fd)
 {
@@ -834,6 +870,8 @@ int aior_sync_close(int fd);
 int aior_open_now(int dfd, const char *path, int flags);
 int64_t aior_fs_type(int fd);
 int aior_read_whole_now(int fd, char *out, unsigned n, int64_t pos);
+int64_t aior_rw_now(int write, int fd, char *buf, unsigned n);
+#define AIOR_PARTIAL ...
 int aior_sync_statx(int dfd, const char *path, int flags, unsigned mask, struct statx *buf);
 int aior_sync_unlinkat(int dfd, const char *path, int flags);
 int aior_sync_renameat(int olddfd, const char *oldpath, int newdfd, const char *newpath,

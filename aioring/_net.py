@@ -4,8 +4,9 @@ Each function takes the same arguments as its ``loop.sock_*`` namesake and
 returns the same result: received data, the number of bytes, a new socket
 with its peer's address.  The data moves through IORING_OP_RECV, SEND,
 RECVMSG, SENDMSG, ACCEPT, CONNECT and SPLICE; the kernel waits for the socket
-itself (it polls internally), so a call costs one ring operation whether or
-not the socket was ready.
+itself (it polls internally).  sock_recv, sock_recv_into and sock_sendall
+first try the socket at once, as the loop's do: what it already holds, or
+has room for, moves without a ring operation.
 
 Sockets may be blocking or not; the ring never blocks the loop either way.
 Arguments are checked before anything is submitted; kernel errors arrive as
@@ -25,10 +26,12 @@ import os
 import select
 import socket
 import struct
+import sys
 from typing import Any
 
+from . import _ring
 from ._liburing import ffi, lib
-from ._ops import MAX_RW, check_fd, readable_buffer, result, writable_buffer
+from ._ops import MAX_RW, _yield_keeping, check_fd, pace, readable_buffer, result, writable_buffer
 from ._ring import Op, Ring, get_ring, os_error
 
 __all__ = ["sock_accept", "sock_connect", "sock_recv", "sock_recv_into", "sock_recvfrom",
@@ -49,6 +52,34 @@ _SOCKADDR_SIZE = lib.aior_sockaddr_storage_size()
 _MSGHDR_SIZE = lib.aior_msghdr_size()
 _get_running_loop = asyncio.get_running_loop
 _SPLICE_CHUNK = 1 << 20  # bytes per splice round trip of sock_sendfile
+_DONTWAIT = socket.MSG_DONTWAIT
+_EAGAIN = -errno.EAGAIN
+_sync_rw = lib.aior_sync_rw
+
+# Receives and sends are tried at once first, without waiting (MSG_DONTWAIT),
+# as the loop's sock_* methods try them: what the socket already holds, or
+# has room for, moves without a ring operation or a trip through the loop.
+# A receive that finds nothing sends the next receives of its fd straight to
+# the ring, twice as many each time, up to 64: a peer that answers only when
+# asked is not asked in vain before every receive.
+_recv_misses: dict[int, tuple[int, int]] = {}  # fd -> (receives left for the ring, next backoff)
+
+
+def _recv_due(fd: int) -> bool:
+    """Whether this receive of fd is tried at once (else: the ring's)."""
+    state = _recv_misses.get(fd)
+    if state is None:
+        return True
+    left, backoff = state
+    if left:
+        _recv_misses[fd] = (left - 1, backoff)
+        return False
+    return True
+
+
+def _recv_missed(fd: int) -> None:
+    _, backoff = _recv_misses.get(fd, (0, 1))
+    _recv_misses[fd] = (backoff, min(backoff * 2, 64))
 
 
 # ------------------------------------------------------------------ checks
@@ -56,13 +87,9 @@ def check_socket(sock: Any) -> int:
     """The fd of `sock`, a socket.socket; TypeError for anything else, as the loop's."""
     if not isinstance(sock, socket.socket):
         raise TypeError(f"a socket.socket is required, not {type(sock).__name__}")
-    try:
-        import ssl
-    except ImportError:  # pragma: no cover - Python without ssl
-        pass
-    else:
-        if isinstance(sock, ssl.SSLSocket):
-            raise TypeError("Socket cannot be of type SSLSocket")
+    ssl = sys.modules.get("ssl")  # (not imported: no SSLSocket exists)
+    if ssl is not None and isinstance(sock, ssl.SSLSocket):
+        raise TypeError("Socket cannot be of type SSLSocket")
     return check_fd(sock.fileno())
 
 
@@ -209,20 +236,46 @@ async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
     nbytes = operator.index(nbytes)
     if nbytes < 0:
         raise ValueError("negative buffersize in recv")
+    if _ring._owed:
+        _ring._deliver_owed()  # a cancellation this task owes comes first, as in Ring.start
     loop, ring = _ring_and_loop()
     buf = _alloc(_CHARS, max(nbytes, 1))
-    op = ring.start(loop, _PREP_RW, (_RECV, fd, buf, min(nbytes, MAX_RW), 0, 0),
-                    buf, _finish_recv, _POLLIN, unbounded=True)
+    n = min(nbytes, MAX_RW)
+    if _recv_due(fd):
+        got = _sync_rw(_RECV, fd, buf, n, 0, _DONTWAIT)
+        if got >= 0:
+            _recv_misses.pop(fd, None)
+            if pace():
+                await _yield_keeping()
+            return ffi.buffer(buf, got)[:]
+        if got != _EAGAIN:
+            raise os_error(got)
+        _recv_missed(fd)
+    op = ring.start(loop, _PREP_RW, (_RECV, fd, buf, n, 0, 0), buf, _finish_recv, _POLLIN,
+                    unbounded=True)
     return await result(ring, op)
 
 
 async def sock_recv_into(sock: socket.socket, buf: Any) -> int:
     """loop.sock_recv_into: receive into `buf`; the number of bytes, 0 at EOF."""
     fd = check_socket(sock)
+    if _ring._owed:
+        _ring._deliver_owed()  # (before the export, which must not be left to the collector)
     loop, ring = _ring_and_loop()
     cbuf = writable_buffer(buf)
-    op = ring.start(loop, _PREP_RW, (_RECV, fd, cbuf, min(len(cbuf), MAX_RW), 0, 0),
-                    cbuf, None, _POLLIN, unbounded=True)
+    n = min(len(cbuf), MAX_RW)
+    if _recv_due(fd):
+        got = _sync_rw(_RECV, fd, cbuf, n, 0, _DONTWAIT)
+        if got != _EAGAIN:
+            ffi.release(cbuf)
+            if got < 0:
+                raise os_error(got)
+            _recv_misses.pop(fd, None)
+            if pace():
+                await _yield_keeping()
+            return got
+        _recv_missed(fd)
+    op = ring.start(loop, _PREP_RW, (_RECV, fd, cbuf, n, 0, 0), cbuf, None, _POLLIN, unbounded=True)
     return await result(ring, op)
 
 
@@ -297,11 +350,10 @@ async def _holding(coro: Any, export: Any) -> Any:
 
 
 # ------------------------------------------------------------------- send
-async def send_all(fd: int, cbuf: Any, length: int) -> None:
-    """Send cbuf[:length] completely: SEND with MSG_WAITALL, again after a
-    short send, until every byte went out or the kernel reports an error."""
+async def send_all(fd: int, cbuf: Any, length: int, done: int = 0) -> None:
+    """Send cbuf[done:length] completely: SEND with MSG_WAITALL, again after
+    a short send, until every byte went out or the kernel reports an error."""
     loop, ring = _ring_and_loop()
-    done = 0
     while done < length:
         n = min(length - done, MAX_RW)
         op = ring.start(loop, _PREP_RW, (_SEND, fd, cbuf + done, n, 0, _NOSIGNAL | _WAITALL),
@@ -316,8 +368,20 @@ async def sock_sendall(sock: socket.socket, data: Any) -> None:
     resized meanwhile).  A cancelled call may have sent part of the data, as
     the loop's may."""
     fd = check_socket(sock)
+    if _ring._owed:
+        _ring._deliver_owed()  # (before the export, which must not be left to the collector)
     cbuf = readable_buffer(data)
-    await _holding(send_all(fd, cbuf, len(cbuf)), cbuf)
+    length = len(cbuf)
+    sent = _sync_rw(_SEND, fd, cbuf, min(length, MAX_RW), 0, _DONTWAIT | _NOSIGNAL) if length else 0
+    if sent == length:
+        ffi.release(cbuf)
+        if pace():
+            await _yield_keeping()
+        return
+    if sent < 0 and sent != _EAGAIN:
+        ffi.release(cbuf)
+        raise os_error(sent)
+    await _holding(send_all(fd, cbuf, length, max(sent, 0)), cbuf)
 
 
 async def sock_sendto(sock: socket.socket, data: Any, address: Any) -> int:

@@ -24,7 +24,7 @@ from typing import Any
 
 from ._liburing import ffi, lib
 from . import _ring
-from ._ring import Op, Ring, get_ring, ready
+from ._ring import Op, Ring, get_ring, os_error, ready
 
 __all__ = ["fsync", "read", "readinto", "result", "write"]
 
@@ -66,6 +66,31 @@ _unyielded = [0]
 # for the disk the kernel says EAGAIN and the ring does it.
 _preadv = os.preadv
 _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 8)
+
+# Reads and writes at the fd's own position (offset -1) are tried the same
+# way (lib.aior_rw_now): what a pipe or a socket holds or has room for, and
+# the page cache's part of a file, move at once; the rest goes to the ring.
+_RW_NOW = lib.aior_rw_now
+_PARTIAL = lib.AIOR_PARTIAL
+# What the try at once answers for an fd that cannot say without waiting (a
+# terminal, a file system without non-blocking I/O, an O_DIRECT buffer the
+# kernel refuses): the ring's turn, whose operation says it again if it is an
+# error.  Any other error is raised at once (a socket's reset, say, is
+# reported once: the ring would not see it again).
+_RING_DECIDES = frozenset({-errno.EAGAIN, -errno.EOPNOTSUPP, -errno.EINVAL, -errno.ENOSYS})
+
+
+def _rw_now(write: int, fd: int, cbuf: Any, n: int) -> int:
+    """-1 - count when the read or write at the fd's position was done at
+    once; else the count done so far (0: none), the ring's to go on from."""
+    res = _RW_NOW(write, fd, cbuf, n)
+    if res >= _PARTIAL:
+        return res - _PARTIAL
+    if res >= 0:
+        return -1 - res
+    if res in _RING_DECIDES:
+        return 0
+    raise os_error(res)
 
 
 def pace() -> bool:
@@ -190,18 +215,22 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
     fd = check_fd(fd)
     size = check_size(size)
     offset = check_offset(offset)
-    if offset >= 0 and _ring._owed:
+    if _ring._owed:
         _ring._deliver_owed()
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
     buf = _alloc("char[]", size)
-    got = _read_now_into(fd, ffi.buffer(buf), buf, size, offset) if offset >= 0 else 0
+    if offset >= 0:
+        got = _read_now_into(fd, ffi.buffer(buf), buf, size, offset)
+    else:
+        got = _rw_now(0, fd, buf, min(size, MAX_RW)) if size else 0
     if got < 0:  # all of it from the page cache, or end of file
         if pace():
             await _yield_keeping()
         return ffi.buffer(buf, -got - 1)[:]
     finish = _finish_read if not got else functools.partial(_finish_rest, got)
-    op = ring.start(loop, _PREP_RW, (_READ, fd, buf + got, min(size - got, MAX_RW), offset + got, 0),
+    op = ring.start(loop, _PREP_RW, (_READ, fd, buf + got, min(size - got, MAX_RW),
+                                     offset + got if offset >= 0 else -1, 0),
                     buf, finish, _POLLIN, offset == -1)
     return await result(ring, op)
 
@@ -225,9 +254,9 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
         fd = check_fd(fd)
     if type(offset) is not int or not -1 <= offset <= _OFF_MAX:
         offset = check_offset(offset)
+    if _ring._owed:
+        _ring._deliver_owed()  # a cancellation this task owes comes first, as in Ring.start
     if offset >= 0:
-        if _ring._owed:
-            _ring._deliver_owed()  # a cancellation this task owes comes first, as in Ring.start
         kind = type(buffer)
         if kind is bytearray:
             direct, n = True, len(buffer)
@@ -254,13 +283,21 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     ring = _ring._last
     if ring is None or ring._loop_ref() is not loop or ring._closed:
         ring = get_ring(loop)
-    # Exported last: from here on nothing raises before the ring owns it.
+    # Exported last: from here on nothing raises before the ring owns it or
+    # it is released.
     try:
         cbuf = _from_buffer(_CHARS, buffer, True)
     except (TypeError, BufferError, ValueError):
         cbuf = writable_buffer(buffer)
     n = len(cbuf)
-    got = _read_now_into(fd, buffer, cbuf, n, offset) if offset >= 0 else 0
+    try:
+        if offset >= 0:
+            got = _read_now_into(fd, buffer, cbuf, n, offset)
+        else:
+            got = _rw_now(0, fd, cbuf, min(n, MAX_RW)) if n else 0
+    except OSError:
+        ffi.release(cbuf)
+        raise
     if got < 0:  # all of it, or end of file
         ffi.release(cbuf)
         if pace():
@@ -268,7 +305,8 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
         return -got - 1
     # (Part of it, or none, was cached: the ring reads the rest, as a
     # blocking read would, so that a short read still means end of file.)
-    op = ring.start(loop, _PREP_RW, (_READ, fd, cbuf + got, min(n - got, MAX_RW), offset + got, 0),
+    op = ring.start(loop, _PREP_RW, (_READ, fd, cbuf + got, min(n - got, MAX_RW),
+                                     offset + got if offset >= 0 else -1, 0),
                     cbuf, None, _POLLIN, offset == -1)
     if op.future is None:
         return got + ready(op)
@@ -319,11 +357,28 @@ async def write(fd: int, data: Any, offset: int = -1) -> int:
     """
     fd = check_fd(fd)
     offset = check_offset(offset)
+    if _ring._owed:
+        _ring._deliver_owed()  # (before the export, which must not be left to the collector)
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
     cbuf = readable_buffer(data)
-    op = ring.start(loop, _PREP_RW, (_WRITE, fd, cbuf, min(len(cbuf), MAX_RW), offset, 0),
+    n = min(len(cbuf), MAX_RW)
+    done = 0
+    if offset == -1 and n:
+        try:
+            done = _rw_now(1, fd, cbuf, n)
+        except OSError:
+            ffi.release(cbuf)
+            raise
+        if done < 0:  # all of it, or what a pipe or a socket had room for
+            ffi.release(cbuf)
+            if pace():
+                await _yield_keeping()
+            return -done - 1
+    op = ring.start(loop, _PREP_RW, (_WRITE, fd, cbuf + done, n - done, offset, 0),
                     cbuf, None, _POLLOUT, offset == -1)
+    if done:
+        return done + await _rest(op.future) if op.future is not None else done + ready(op)
     return await result(ring, op)
 
 

@@ -7,6 +7,7 @@ import asyncio
 import errno
 import os
 import socket
+import struct
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -314,3 +315,119 @@ async def test_kernel_errors_match_the_stdlib(disk_dir, pipe):
 
 def test_backend_says_which_backend_serves(aioring_backend):
     assert aioring.backend() == aioring_backend
+
+
+# ------------------------------------------------- at the fd's own position, at once
+@pytest.mark.parametrize("blocking", [True, False])
+async def test_pipe_data_already_there_moves_at_once(pipe, blocking):
+    """A read of what the pipe holds and a write it has room for need no ring
+    op; what they return is what os.read and os.write return (a read returns
+    what is there, short of the size asked)."""
+    r, w = pipe
+    os.set_blocking(r, blocking)
+    os.set_blocking(w, blocking)
+    aioring.statistics()
+    before = aioring.statistics()["submit_calls"], aioring.statistics()["completions"]
+    assert await aioring.write(w, b"0123456789") == 10
+    assert await aioring.read(r, 4) == b"0123"
+    buf = bytearray(100)
+    assert await aioring.readinto(r, buf) == 6 and buf[:6] == b"456789"
+    assert (aioring.statistics()["submit_calls"], aioring.statistics()["completions"]) == before
+    os.write(w, b"x")
+    assert os.read(r, 100) == b"x"  # nothing was left behind or read twice
+
+
+async def test_a_file_read_at_its_position_partly_cached_returns_all_of_it(disk_dir, monkeypatch):
+    """Where the page cache holds only the start of what a read at the fd's
+    position asks, the ring reads the rest: the result and the position are
+    os.read's (a short read still means end of file)."""
+    from aioring import _ops
+    answers = []
+
+    def spy(*args):
+        res = rw_now(*args)
+        answers.append(res)
+        return res
+    rw_now = _ops._RW_NOW
+    monkeypatch.setattr(_ops, "_RW_NOW", spy)
+    path = os.path.join(disk_dir, "half")
+    content = os.urandom(1024 * 1024)
+    with open(path, "wb") as f:
+        f.write(content)
+        f.flush()
+        os.fsync(f.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    twin = os.open(path, os.O_RDONLY)
+
+    def cache_only_the_first(n: int) -> None:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.pread(fd, n, 0)  # (its read-ahead may cache more ...)
+        os.posix_fadvise(fd, n, 0, os.POSIX_FADV_DONTNEED)  # (... which goes again)
+    try:
+        for size, cached in ((600_000, 256 * 1024), (2_000_000, 512 * 1024)):
+            os.lseek(fd, 0, os.SEEK_SET)
+            cache_only_the_first(cached)
+            got = await aioring.read(fd, size)
+            os.lseek(twin, 0, os.SEEK_SET)
+            assert got == os.read(twin, size)
+            assert os.lseek(fd, 0, os.SEEK_CUR) == os.lseek(twin, 0, os.SEEK_CUR)
+            os.lseek(fd, 0, os.SEEK_SET)
+            cache_only_the_first(cached)
+            buf = bytearray(size)
+            n = await aioring.readinto(fd, buf)
+            assert buf[:n] == content[:size] and n == min(size, len(content))
+            assert os.lseek(fd, 0, os.SEEK_CUR) == n
+    finally:
+        os.close(fd)
+        os.close(twin)
+    if not any(res >= _ops._PARTIAL for res in answers):
+        pytest.skip("this file system kept the pages: no read was only partly cached")
+
+
+async def test_errors_found_at_once_are_the_stdlibs(pipe):
+    """A reset socket read through its fd and a pipe without a reader: the
+    try at once raises what os.read and os.write raise (a reset is reported
+    once; the ring would not see it again)."""
+    r, w = pipe
+    expected = {}
+    for name in ("ours", "theirs"):
+        listener = socket.create_server(("127.0.0.1", 0))
+        with listener:
+            client = socket.create_connection(listener.getsockname())
+            server, _ = listener.accept()
+        with client, server:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()
+            try:
+                if name == "ours":
+                    await aioring.read(server.fileno(), 10)
+                else:
+                    os.read(server.fileno(), 10)
+            except OSError as exc:
+                expected[name] = (type(exc), exc.errno, exc.strerror)
+    assert expected["ours"] == expected["theirs"] and expected["ours"][0] is ConnectionResetError
+    os.close(r)
+    with pytest.raises(BrokenPipeError) as caught:
+        await aioring.write(w, b"x")
+    assert (caught.value.errno, caught.value.strerror) == (errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+async def test_a_task_that_always_finds_its_pipe_ready_lets_the_loop_run(pipe):
+    r, w = pipe
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+    task = asyncio.ensure_future(other())
+    try:
+        await asyncio.sleep(0)
+        turns = 0
+        for i in range(300):  # every write has room, every read finds its byte
+            assert await aioring.write(w, bytes([i % 256])) == 1
+            assert await aioring.read(r, 10) == bytes([i % 256])
+        assert turns > 0
+    finally:
+        task.cancel()

@@ -184,6 +184,107 @@ async def test_a_reset_peer_gives_the_loops_errors(socks, loop_errors):
     assert loop_errors == []
 
 
+async def test_a_reset_seen_by_a_receive_at_once_is_the_loops_error(socks, loop_errors):
+    """A reset that has already arrived when the receive is made: the try at
+    once reports it, as the loop's receive does (and not EOF afterwards)."""
+    loop = asyncio.get_running_loop()
+    outcomes = {}
+    for name, recv in (("ring", aioring.sock_recv), ("loop", loop.sock_recv)):
+        client, server = _tcp_pair(socks)
+        _reset(client)
+        with pytest.raises(ConnectionResetError) as caught:
+            await recv(server, 100)
+        outcomes[name] = (caught.value.errno, str(caught.value))
+        assert await recv(server, 100) == b""  # the error was the kernel's once, as for the loop
+    assert outcomes["ring"] == outcomes["loop"]
+    assert loop_errors == []
+
+
+async def test_what_already_arrived_is_received_at_once(socks):
+    """Receives of data already in the socket and sends that fit its buffer
+    need no ring op (as the loop's, which try the socket first); the data is
+    the same as the loop's methods give."""
+    client, server = _tcp_pair(socks)
+    client.sendall(b"0123456789")
+    for _ in range(100):  # until the bytes are in the server's socket
+        if select_readable(server):
+            break
+    statistics()
+    before = statistics()["submit_calls"], statistics()["completions"]
+    assert await aioring.sock_recv(server, 4) == b"0123"
+    buf = bytearray(10)
+    assert await aioring.sock_recv_into(server, buf) == 6 and buf[:6] == b"456789"
+    await aioring.sock_sendall(server, b"back")
+    assert (statistics()["submit_calls"], statistics()["completions"]) == before  # no ring op
+    assert client.recv(10) == b"back"
+
+
+async def test_receives_that_find_nothing_wait_on_the_ring(socks):
+    """A receive made before its data arrives waits for it on the ring; so do
+    the next ones for a while (they are not tried at once in vain), and every
+    byte still arrives in order."""
+    client, server = _tcp_pair(socks)
+    before = statistics()["completions"]
+    got = []
+    for i in range(50):
+        pending = asyncio.ensure_future(aioring.sock_recv(server, 100))
+        await asyncio.sleep(0)  # the receive starts on the empty socket
+        client.send(i.to_bytes(2, "big"))
+        got.append(await pending)
+    assert b"".join(got) == b"".join(i.to_bytes(2, "big") for i in range(50))
+    assert statistics()["completions"] >= before + 50
+
+
+async def test_a_task_that_always_finds_data_still_lets_the_loop_run(socks):
+    client, server = _tcp_pair(socks)
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+    task = asyncio.ensure_future(other())
+    try:
+        await asyncio.sleep(0)
+        turns = 0
+        for i in range(300):  # every receive finds its byte, every send has room
+            client.send(bytes([i % 256]))
+            while not select_readable(server):
+                pass
+            assert await aioring.sock_recv(server, 10) == bytes([i % 256])
+            await aioring.sock_sendall(server, b"k")
+        assert turns > 0
+        assert client.recv(1000) == b"k" * 300
+    finally:
+        task.cancel()
+
+
+async def test_a_sendall_larger_than_the_socket_buffer_sends_the_rest_on_the_ring(socks):
+    """The try at once sends what fits; the ring sends the rest, in order."""
+    client, server = _tcp_pair(socks)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+    data = _payload(8 * MiB)
+    received = bytearray()
+
+    async def drain() -> None:
+        while len(received) < len(data):
+            chunk = await aioring.sock_recv(client, MiB)
+            assert chunk
+            received.extend(chunk)
+    reading = asyncio.ensure_future(drain())
+    before = statistics()["completions"]
+    await aioring.sock_sendall(server, data)
+    await reading
+    assert received == data
+    assert statistics()["completions"] > before  # (the ring sent what did not fit at once)
+
+
+def select_readable(sock: socket.socket) -> bool:
+    import select
+    return bool(select.select([sock], [], [], 0)[0])
+
+
 # -------------------------------------------------------------------- accept
 @pytest.mark.parametrize("family", [socket.AF_INET, pytest.param(socket.AF_INET6, marks=needs_ipv6),
                                     socket.AF_UNIX], ids=["inet", "inet6", "unix"])
