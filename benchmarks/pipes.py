@@ -29,6 +29,14 @@ Variants (each on asyncio's default loop and on uvloop, except sync):
                    StreamReader and StreamWriter on top: ``await reader.readexactly(n)``;
                    ``writer.write(msg); await writer.drain()``.  On uvloop these
                    are uvloop's pipe transports
+* floor            the least any event-loop implementation does per message: a
+                   reader task that finds no message awaits a bare future,
+                   which the writing task resolves right after its blocking
+                   ``os.write``; the woken reader takes the message with one
+                   blocking ``os.read`` (no transport, no ring, no stream
+                   buffer).  Every asyncio-style reader pays at least this
+                   much on its loop: one future, one task wake-up, a write and
+                   a read.  Its rate bounds what a target can ask of the loop
 * sync             blocking ``os.write`` to every pipe, then ``os.read`` from every
                    pipe, in one thread without an event loop: the limit.  It
                    cannot wait on an empty pipe, so it always writes first; the
@@ -85,7 +93,7 @@ except ImportError:  # not installed: use the checkout this script lives in
     import aioring
 
 
-ALL_VARIANTS = ("aioring-streams", "aioring-fd", "transports", "sync")
+ALL_VARIANTS = ("aioring-streams", "aioring-fd", "transports", "floor", "sync")
 ASYNC_VARIANTS = ALL_VARIANTS[:-1]
 ALL_LOOPS = ("asyncio", "uvloop")
 ALL_MODES = ("empty", "prefilled")
@@ -262,6 +270,49 @@ class Transports:
             await w.drain()
 
 
+class Floor:
+    """A future per message that finds its pipe empty, and plain blocking
+    system calls: what every event-loop reader costs at least."""
+
+    def __init__(self, read_fds: list[int], write_fds: list[int], size: int) -> None:
+        self.read_fds, self.write_fds, self.size = read_fds, write_fds, size
+        self.loop = asyncio.get_running_loop()
+        self.written = [0] * len(read_fds)  # messages written that no reader waited for yet
+        self.waiters: list[asyncio.Future[None] | None] = [None] * len(read_fds)
+
+    def buffered(self, i: int) -> int:
+        return 0
+
+    async def read(self, i: int, expected: bytes) -> None:
+        if self.written[i]:
+            self.written[i] -= 1
+        else:
+            waiter = self.waiters[i] = self.loop.create_future()
+            await waiter
+        fd = self.read_fds[i]
+        data = os.read(fd, self.size)
+        while len(data) < self.size:
+            more = os.read(fd, self.size - len(data))
+            if not more:
+                raise EOFError(f"pipe {i}: end of file")
+            data += more
+        if data != expected:
+            raise mismatch(i, data, expected)
+
+    async def write_all(self, msgs: Sequence[bytes]) -> None:
+        write, waiters = os.write, self.waiters
+        for i, (fd, m) in enumerate(zip(self.write_fds, msgs, strict=True)):
+            k = write(fd, m)
+            while k < len(m):
+                k += write(fd, m[k:])
+            waiter = waiters[i]
+            if waiter is None:
+                self.written[i] += 1
+            else:
+                waiters[i] = None
+                waiter.set_result(None)
+
+
 class ReadPipeProtocol(asyncio.StreamReaderProtocol):
     """asyncio's stream protocol, and a future that tells when the transport let the pipe go."""
 
@@ -352,6 +403,19 @@ async def open_aioring_fd(n: int, size: int) -> AsyncIterator[PipeSet]:
 
 
 @asynccontextmanager
+async def open_floor(n: int, size: int) -> AsyncIterator[PipeSet]:
+    pipes = new_pipes(n)
+    try:
+        yield Floor([r for r, _ in pipes], [w for _, w in pipes], size)
+        for r, _ in pipes:
+            left = fionread(r)
+            if left:
+                raise AssertionError(f"a pipe has {left} unexpected bytes left at the end")
+    finally:
+        close_fds([fd for p in pipes for fd in p])
+
+
+@asynccontextmanager
 async def open_transports(n: int, size: int) -> AsyncIterator[PipeSet]:
     loop = asyncio.get_running_loop()
     pipes = new_pipes(n)
@@ -400,7 +464,7 @@ async def open_transports(n: int, size: int) -> AsyncIterator[PipeSet]:
 
 OPENERS: dict[str, Callable[[int, int], Any]] = {
     "aioring-streams": open_aioring_streams, "aioring-fd": open_aioring_fd,
-    "transports": open_transports,
+    "transports": open_transports, "floor": open_floor,
 }
 
 
@@ -615,17 +679,18 @@ def report(medians: dict[Key, dict[str, Any]], configs: list[tuple[str, str]], m
         for variant, loop in configs:
             r = row_of(medians, variant, loop, mode)
             if not r.get("runs"):
-                rows.append([variant, loop, "FAILED"] + [""] * 8)
+                rows.append([variant, loop, "FAILED"] + [""] * 9)
                 continue
             msgs = r["msgs_per_s"]
             rows.append([variant, loop, f"{r['rounds_per_s']:,.0f}", f"{msgs:,.0f}", f"{r['mb_per_s']:,.1f}",
                          f"{r['wall_ms']:,.1f}", f"{r['cpu_s']:.3f}", f"{r['cpu_us_per_msg']:.1f}",
                          ratio(msgs, row_of(medians, *REF_ASYNCIO, mode).get("msgs_per_s")),
                          ratio(msgs, row_of(medians, *REF_UVLOOP, mode).get("msgs_per_s")),
+                         ratio(msgs, row_of(medians, "floor", loop, mode).get("msgs_per_s")),
                          ratio(msgs, row_of(medians, *LIMIT, mode).get("msgs_per_s"))])
         out.append(render(["variant", "loop", "rounds/s", "msgs/s", "MB/s", f"ms/{rounds} rounds",
                            "CPU s", "CPU us/msg", "/ asyncio transports", "/ uvloop transports",
-                           "/ sync"], rows))
+                           "/ floor", "/ sync"], rows))
     if any(v == "sync" for v, _ in configs):
         out.append("(sync writes every pipe, then reads every pipe, in one thread; it cannot wait on "
                    "an empty pipe, so both tables show the same sync figure)")
@@ -648,6 +713,19 @@ def targets(medians: dict[Key, dict[str, Any]], loops: list[str], modes: list[st
                 verdict = "PASS" if mine >= threshold * ref else "FAIL"
                 tag = f"info {verdict}" if info else verdict
                 lines.append(f"  {tag:<9}  {what}: {mine / ref:.2f}x ({mine:,.0f} vs {ref:,.0f} msgs/s)")
+    bounds = []
+    for mode in modes:
+        for loop in loops:
+            floor = row_of(medians, "floor", loop, mode).get("msgs_per_s")
+            refs = [(rl, row_of(medians, rv, rl, mode).get("msgs_per_s"))
+                    for rv, rl in (REF_ASYNCIO, REF_UVLOOP)]
+            if floor:
+                bounds.append(f"  {mode}, {loop}'s loop: {floor:,.0f} msgs/s = " + ", ".join(
+                    f"{floor / ref:.2f}x {rl}'s pipe transports" for rl, ref in refs if ref))
+    if bounds:
+        lines.append("The floor (a future, a task wake-up, one write and one read per message, nothing else) "
+                     "on each loop; no reader on that loop can pass it:")
+        lines += bounds
     return "\n".join(lines)
 
 
