@@ -686,19 +686,19 @@ class Ring:
                 op = harvest.op = ops.pop(key, None)
                 if op is None or op is _CANCEL:
                     continue
-                if op.unbounded:
-                    self._unbounded -= 1
-                if op.polling or (res == _EAGAIN and op.poll_mask):
-                    if self._retry(op, res):
+                self._unbounded -= op.unbounded  # (a bool)
+                if res < 0 or op.polling:
+                    if op.polling or (res == _EAGAIN and op.poll_mask):
+                        if self._retry(op, res):
+                            continue
+                        res = -errno.ECANCELED if res >= 0 else res
+                    elif res == _ECANCELED and not op.cancelled and op.waiter is None:
+                        # Nobody cancelled it: the kernel could not start a worker
+                        # for it (io-wq fails to while a signal is pending).  Again.
+                        self._waiting.appendleft(op)  # _harvested schedules the flush
+                        op.state = _WAITING
+                        self.stats["resubmitted"] += 1
                         continue
-                    res = -errno.ECANCELED if res >= 0 else res
-                elif res == _ECANCELED and not op.cancelled and op.waiter is None:
-                    # Nobody cancelled it: the kernel could not start a worker
-                    # for it (io-wq fails to while a signal is pending).  Again.
-                    self._waiting.appendleft(op)  # _harvested schedules the flush
-                    op.state = _WAITING
-                    self.stats["resubmitted"] += 1
-                    continue
                 op.state = _DONE
                 op.res = res
                 sink = op.sink

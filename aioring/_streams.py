@@ -434,42 +434,41 @@ class _Channel:
 
     def _send_now(self) -> None:
         self._send_soon = False
-        if self._send_op is not None:
-            return
         pending = self._pending
-        if (self._pending_size <= _JOIN_MAX and self._direct and self._write_exc is None
-                and not self._closing and not self._pooled and pending):
-            # The common case, in short: the iteration's small writes, joined,
-            # that the kernel takes whole, there and then.
-            if len(pending) == 1:
-                data = pending[0]
+        if self._send_op is not None or not pending:
+            return  # (a send in flight: its CQE sends the rest)
+        size = self._pending_size
+        if (size > _JOIN_MAX or not self._direct or self._write_exc is not None or self._closing
+                or self._pooled):
+            self._send()
+            return
+        # The common case, in short: the iteration's small writes, joined,
+        # that the kernel takes whole, there and then.
+        if len(pending) > 1:
+            data = b"".join(pending)
+            pending.clear()
+            pending.append(data)
+        try:
+            if self._is_socket:
+                n = self._owner.send(pending[0], _DIRECT_SEND_FLAGS)
             else:
-                data = b"".join(pending)
-                pending.clear()
-                pending.append(data)
-            try:
-                if self._is_socket:
-                    n = self._owner.send(data, _DIRECT_SEND_FLAGS)
-                else:
-                    n = os.pwritev(self._fd, pending, -1, _RWF_NOWAIT)
-            except BlockingIOError:
-                self._send(False)  # the kernel is full: the ring waits for room
-                return
-            except (OSError, TypeError, ValueError, AttributeError):
-                n = -1  # _send tells these apart
-            if n == self._pending_size:
-                pending.clear()
-                self._pending_size = 0
-                self._sent_total += n
-                if self._drain_waiters:
-                    self._wake_drainers()
-                if self._eof_wanted:
-                    self._after_send()
-                return
-            if n > 0:  # part of it: the kernel is full
-                self._sent(n)
-                self._send(False)
-                return
+                n = os.pwritev(self._fd, pending, -1, _RWF_NOWAIT)
+        except BlockingIOError:
+            self._send(False)  # the kernel is full: the ring waits for room
+            return
+        except (OSError, TypeError, ValueError, AttributeError):
+            n = -1  # _send tells these apart
+        if n == size:
+            pending.clear()
+            self._pending_size = 0
+            self._sent_total += n
+            if self._drain_waiters or self._eof_wanted:
+                self._after_send()
+            return
+        if n > 0:  # part of it: the kernel is full
+            self._sent(n)
+            self._send(False)
+            return
         self._send()
 
     def _send(self, direct: bool = True) -> None:
