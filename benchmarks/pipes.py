@@ -69,6 +69,7 @@ import argparse
 import array
 import asyncio
 import fcntl
+import functools
 import gc
 import os
 import statistics
@@ -390,23 +391,12 @@ async def open_aioring_streams(n: int, size: int) -> AsyncIterator[PipeSet]:
 
 
 @asynccontextmanager
-async def open_aioring_fd(n: int, size: int) -> AsyncIterator[PipeSet]:
+async def open_fd_pipes(kind: Callable[[list[int], list[int], int], PipeSet], n: int,
+                        size: int) -> AsyncIterator[PipeSet]:
+    """Bare pipes' fds for a variant that reads and writes them itself."""
     pipes = new_pipes(n)
     try:
-        yield AioringFd([r for r, _ in pipes], [w for _, w in pipes], size)
-        for r, _ in pipes:
-            left = fionread(r)
-            if left:
-                raise AssertionError(f"a pipe has {left} unexpected bytes left at the end")
-    finally:
-        close_fds([fd for p in pipes for fd in p])
-
-
-@asynccontextmanager
-async def open_floor(n: int, size: int) -> AsyncIterator[PipeSet]:
-    pipes = new_pipes(n)
-    try:
-        yield Floor([r for r, _ in pipes], [w for _, w in pipes], size)
+        yield kind([r for r, _ in pipes], [w for _, w in pipes], size)
         for r, _ in pipes:
             left = fionread(r)
             if left:
@@ -463,8 +453,8 @@ async def open_transports(n: int, size: int) -> AsyncIterator[PipeSet]:
 
 
 OPENERS: dict[str, Callable[[int, int], Any]] = {
-    "aioring-streams": open_aioring_streams, "aioring-fd": open_aioring_fd,
-    "transports": open_transports, "floor": open_floor,
+    "aioring-streams": open_aioring_streams, "aioring-fd": functools.partial(open_fd_pipes, AioringFd),
+    "transports": open_transports, "floor": functools.partial(open_fd_pipes, Floor),
 }
 
 
