@@ -271,6 +271,17 @@ class Transports:
             await w.drain()
 
 
+def read_whole(fd: int, size: int, i: int) -> bytes:
+    """`size` bytes from pipe i with blocking reads."""
+    data = os.read(fd, size)
+    while len(data) < size:
+        more = os.read(fd, size - len(data))
+        if not more:
+            raise EOFError(f"pipe {i}: end of file")
+        data += more
+    return data
+
+
 class Floor:
     """A future per message that finds its pipe empty, and plain blocking
     system calls: what every event-loop reader costs at least."""
@@ -290,13 +301,7 @@ class Floor:
         else:
             waiter = self.waiters[i] = self.loop.create_future()
             await waiter
-        fd = self.read_fds[i]
-        data = os.read(fd, self.size)
-        while len(data) < self.size:
-            more = os.read(fd, self.size - len(data))
-            if not more:
-                raise EOFError(f"pipe {i}: end of file")
-            data += more
+        data = read_whole(self.read_fds[i], self.size, i)
         if data != expected:
             raise mismatch(i, data, expected)
 
@@ -565,7 +570,7 @@ def run_sync(sample: Sample, msgs: Messages, warmup: int) -> None:
     read_fds = [r for r, _ in pipes]
     write_fds = [w for _, w in pipes]
     meter = Meter(detail=True)
-    write, read = os.write, os.read
+    write = os.write
     try:
         for r in range(warmup + sample.rounds):
             if r == warmup:
@@ -575,12 +580,7 @@ def run_sync(sample: Sample, msgs: Messages, warmup: int) -> None:
                 while k < size:
                     k += write(fd, m[k:])
             for i, (fd, m) in enumerate(zip(read_fds, msgs.rounds[r], strict=True)):
-                data = read(fd, size)
-                while len(data) < size:
-                    more = read(fd, size - len(data))
-                    if not more:
-                        raise EOFError(f"pipe {i}: end of file")
-                    data += more
+                data = read_whole(fd, size, i)
                 if data != m:
                     raise mismatch(i, data, m)
         meter.__exit__()
