@@ -765,6 +765,13 @@ def _off_t(value: Any) -> int:
 def ring_raw(file: Any) -> RingFileIO | None:
     """The RingFileIO under a stdlib file object, or None for any other object."""
     obj = file
+    if type(obj) is io.BufferedReader:  # (what most callers pass)
+        try:
+            raw = obj.raw
+        except ValueError:
+            return None  # detached
+        if type(raw) is RingFileIO:
+            return raw
     tempfile = sys.modules.get("tempfile")  # (not imported: no such wrapper exists)
     if tempfile is not None and isinstance(obj, tempfile._TemporaryFileWrapper):
         obj = obj.file
@@ -812,6 +819,24 @@ def find_line_end(buf: bytearray, terms: tuple[bytes, ...], start: int) -> int:
 
 _MODE_FLAGS = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
                "x": os.O_WRONLY | os.O_CREAT | os.O_EXCL, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND}
+
+
+# What open_stack makes of a mode check_open found good: (raw mode, binary,
+# "+", open flags); bounded, as callers may pass many distinct values.
+_MODE_PLANS: dict[str, tuple[str, bool, bool, int]] = {}
+
+
+def _mode_plan(mode: str) -> tuple[str, bool, bool, int]:
+    modes = set(mode)
+    plus = "+" in modes
+    rawmode = "".join(c for c in "xrwa" if c in modes) + ("+" if plus else "")
+    flags = _MODE_FLAGS[rawmode[0]]
+    if plus:
+        flags = (flags & ~(os.O_WRONLY | os.O_RDONLY)) | os.O_RDWR
+    plan = (rawmode, "b" in modes, plus, flags | os.O_CLOEXEC)
+    if len(_MODE_PLANS) < 64:
+        _MODE_PLANS[mode] = plan
+    return plan
 
 
 # Arguments of binary opens that check_open found good (their checks depend
@@ -869,21 +894,15 @@ async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: 
     the wrappers then drive from the executor as aiofiles does.
     """
     check_open(file, mode, buffering, encoding, errors, newline, closefd)
-    modes = set(mode)
-    rawmode = "".join(c for c in "xrwa" if c in modes) + ("+" if "+" in modes else "")
-    binary = "b" in modes
+    rawmode, binary, plus, flags = _MODE_PLANS.get(mode) or _mode_plan(mode)
     shared_offset = isinstance(file, int)
     if shared_offset:
         fd = file
         name: Any = file
     else:
         name = os.fspath(file) if not isinstance(file, (str, bytes)) else file
-        flags = _MODE_FLAGS[rawmode[0]]
-        if "+" in modes:
-            flags = (flags & ~(os.O_WRONLY | os.O_RDONLY)) | os.O_RDWR
-        flags |= os.O_CLOEXEC
         if opener is None:
-            fd = await _pathops.open(name, flags, 0o666)
+            fd = await _pathops.open_encoded(name, _pathops._encode(name, "open"), flags, 0o666)
         else:
             fd = opener(name, flags)
             if not isinstance(fd, int):
@@ -922,7 +941,7 @@ async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: 
             if binary:
                 return raw, True
             raise ValueError("can't have unbuffered text I/O")
-        if "+" in modes:
+        if plus:
             buffer: Any = io.BufferedRandom(raw, buffering)
         elif rawmode[0] in "wxa":
             buffer = io.BufferedWriter(raw, buffering)

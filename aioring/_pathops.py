@@ -119,7 +119,12 @@ async def open(path: Path, flags: int, mode: int = 0o777, *, dir_fd: int | None 
     the ring's OPENAT inside the submit call; the others go to the ring."""
     encoded = _encode(path, "open")
     flags = check_int(flags, "flags") | os.O_CLOEXEC
-    mode = check_int(mode, "mode")
+    return await open_encoded(path, encoded, flags, check_int(mode, "mode"), dir_fd)
+
+
+async def open_encoded(path: Path, encoded: bytes, flags: int, mode: int, dir_fd: int | None = None) -> int:
+    """open, with the path encoded (_encode) and `flags` (O_CLOEXEC included)
+    and `mode` known to be C ints."""
     dfd = _dir_fd(dir_fd)
     fd = await _opened_now(dfd, encoded, flags, path)
     if fd >= 0:

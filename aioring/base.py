@@ -83,6 +83,9 @@ class AsyncBase:
         """The file's __exit__, for AiofilesContextManager.__aexit__: through
         the ring to its end even if the task is cancelled meanwhile; for other
         objects in the loop's default executor, as aiofiles."""
+        if self._closes_at_once():
+            self._file.__exit__(*exc_info)
+            return
         if self._raw is None:
             await asyncio.get_running_loop().run_in_executor(None, self._file.__exit__, *exc_info)
             return
@@ -91,6 +94,13 @@ class AsyncBase:
         except asyncio.CancelledError:
             _close_now(self._raw)
             raise
+
+    def _closes_at_once(self) -> bool:
+        """Whether closing the file now needs nothing but a plain close of its
+        fd, done at once as the ring would do it (a file only read, on a file
+        system that needs no flush, with no call under way)."""
+        raw = self._raw
+        return raw is not None and raw._close_now and not (raw._busy or raw._queue or raw.shared_offset)
 
     # -- the two ways a call runs -------------------------------------------
     async def _executor_call(self, name: str, *args: Any) -> Any:
@@ -174,6 +184,9 @@ class AsyncFileBase(AsyncBase):
         await self._call("flush", None)
 
     async def close(self) -> None:
+        if self._closes_at_once():
+            self._file.close()
+            return
         try:
             await self._call("close", None)
         except asyncio.CancelledError:

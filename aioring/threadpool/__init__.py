@@ -12,10 +12,11 @@ import builtins
 import functools
 import sys
 from concurrent.futures import Executor
-from io import BufferedIOBase, BufferedRandom, BufferedReader, BufferedWriter, FileIO, TextIOBase
+from io import (BufferedIOBase, BufferedRandom, BufferedReader, BufferedWriter, FileIO, TextIOBase,
+                TextIOWrapper)
 from typing import Any
 
-from .._file import open_stack
+from .._file import RingFileIO, open_stack
 from ..base import AiofilesContextManager, AsyncBase
 from .binary import (
     AsyncBufferedIOBase,
@@ -59,6 +60,9 @@ async def _open(file: Any, mode: str = "r", buffering: int = -1, encoding: str |
             newline=newline, closefd=closefd, opener=opener))
     else:
         f, _ = await open_stack(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        cls = _CLASSES.get(type(f))
+        if cls is not None:
+            return cls(f, loop, executor)
     return wrap(f, loop=loop, executor=executor)
 
 
@@ -93,6 +97,13 @@ def _(file: Any, *, loop: asyncio.AbstractEventLoop | None = None,
 def _(file: Any, *, loop: asyncio.AbstractEventLoop | None = None,
       executor: Executor | None = None) -> AsyncBase:
     return AsyncFileIO(file, loop=loop, executor=executor)
+
+
+# What wrap gives each class that open_stack returns.
+_CLASSES: dict[type, type[AsyncBase]] = {
+    TextIOWrapper: AsyncTextIOWrapper, BufferedReader: AsyncBufferedReader,
+    BufferedRandom: AsyncBufferedReader, BufferedWriter: AsyncBufferedIOBase, RingFileIO: AsyncFileIO,
+}
 
 
 # The process's standard streams, looked up at every call (sys.stdout may be
