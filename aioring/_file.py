@@ -104,6 +104,11 @@ class RingFileIO(io.FileIO):
     reports what the caller asked for.
     """
 
+    # What every file sets as it starts (slots: a file is opened for every
+    # few reads, and a slot is set and read faster than the instance dict).
+    __slots__ = ("_append", "_close_now", "_counted", "_fd", "_gen", "_key", "_owns_fd", "_pos", "_queue",
+                 "_size", "_wbuf", "name")
+
     # What most files keep as it starts; an instance sets its own when it changes.
     _wstart = 0  # the window (_wbuf) holds bytes [_wstart, _wstart + len) of the file
     _weof = False  # the window ends at end of file (checked in this call)
@@ -117,7 +122,7 @@ class RingFileIO(io.FileIO):
     bufsize = io.DEFAULT_BUFFER_SIZE  # the buffered layer's size, for prefetch slack
 
     def __init__(self, fd: int, rawmode: str, name: Any, closefd: bool, st: os.stat_result) -> None:
-        super().__init__(fd, rawmode, closefd=False)
+        io.FileIO.__init__(self, fd, rawmode, closefd=False)
         self.name = name
         self._fd = fd
         self._owns_fd = closefd
@@ -170,6 +175,9 @@ class RingFileIO(io.FileIO):
 
     def seek(self, pos: Any, whence: int = 0) -> int:
         io.FileIO.readable(self)
+        if whence == 0 and type(pos) is int and 0 <= pos <= _OFF_MAX:  # (a buffered layer's seek)
+            self._pos = pos
+            return pos
         pos = _off_t(pos)
         if whence == os.SEEK_SET:
             new = pos
@@ -363,11 +371,8 @@ class RingFileIO(io.FileIO):
                 self._weof = False
         return size
 
-    def flush(self) -> None:
-        io.FileIO.flush(self)
-
     def _uncount(self) -> None:
-        if self.__dict__.get("_counted"):
+        if getattr(self, "_counted", False):  # (False: __init__ failed before counting it)
             self._counted = False
             left = _OPEN.get(self._key, 1) - 1
             if left:
@@ -698,23 +703,27 @@ async def read_direct(raw: RingFileIO, n: int) -> bytes:
     return bytes(out if got == n else out[:got])
 
 
-async def read_rest(raw: RingFileIO, n: int) -> tuple[bytes, bool]:
+def read_rest_now(raw: RingFileIO, n: int) -> bytes | None:
     """read(-1) from the raw position of a file thought to hold `n` more
-    bytes (_REST_MIN <= n <= _REST_MAX): one ring read fills a new bytes
-    object of n bytes, as os.read fills the one it returns, and past it a
-    small spare buffer, whose filling shows whether the file ends there.
-    Returns (the bytes, whether they reach end of file).  No copy follows
-    the kernel's unless the file changed size meanwhile."""
-    if pace():
-        await asyncio.sleep(0)  # (a task reading from the page cache would not yield otherwise)
+    bytes (_REST_MIN <= n <= _REST_MAX), at once from the page cache: a new
+    bytes object that the kernel fills, as os.read fills the one it returns,
+    when the file is all cached and ends there; else None (read_rest's turn)."""
+    out = bytes(n)
+    c_out = _from_buffer(_CHARS, out, False)
+    missed = _read_whole_now(raw._fd, c_out, n, raw._pos)
+    ffi.release(c_out)
+    return None if missed else out
+
+
+async def read_rest(raw: RingFileIO, n: int) -> tuple[bytes, bool]:
+    """read(-1) as read_rest_now, through the ring: one read fills a new
+    bytes object of n bytes and past it a small spare buffer, whose filling
+    shows whether the file ends there.  Returns (the bytes, whether they
+    reach end of file).  No copy follows the kernel's unless the file changed
+    size meanwhile."""
     out = bytes(n)
     c_out = _from_buffer(_CHARS, out, False)
     pos = raw._pos
-    if not _read_whole_now(raw._fd, c_out, n, pos):  # from the page cache, at once
-        ffi.release(c_out)
-        return out, True
-    # Not all cached, a file system that cannot say without waiting, a file
-    # that changed size, or an error: the ring's.
     spare = bytearray(_REST_SPARE)
     c_spare = _from_buffer(_CHARS, spare, False)
     loop = asyncio.get_running_loop()

@@ -92,16 +92,16 @@ _WALK_ERRORS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ELOOP
                           errno.ENAMETOOLONG, errno.EISDIR})
 
 
-async def _opened_now(dfd: int, encoded: bytes, flags: int, path: Any) -> int:
-    """The fd of an open done at once (see open), or -1: the ring's turn."""
+def _opened_now(dfd: int, encoded: bytes, flags: int, path: Any) -> int:
+    """The fd of an open done at once (see open), or -1: the ring's turn.
+    The caller yields now and then (pace): a task opening cached files
+    would not yield otherwise."""
     if not _open_now[0]:
         return -1
     if _ring._owed:
         _ring._deliver_owed()
     fd = lib.aior_open_now(dfd, encoded, flags)
     if fd >= 0:
-        if pace():
-            await _yield_keeping()  # (a task opening cached files would not yield otherwise)
         return fd
     if -fd in _WALK_ERRORS:
         raise os_error(fd, path)
@@ -126,8 +126,10 @@ async def open_encoded(path: Path, encoded: bytes, flags: int, mode: int, dir_fd
     """open, with the path encoded (_encode) and `flags` (O_CLOEXEC included)
     and `mode` known to be C ints."""
     dfd = _dir_fd(dir_fd)
-    fd = await _opened_now(dfd, encoded, flags, path)
+    fd = _opened_now(dfd, encoded, flags, path)
     if fd >= 0:
+        if pace():
+            await _yield_keeping()
         return fd
     fallback = functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)
     return await _call(lib.IORING_OP_OPENAT, fallback, lib.aior_prep_openat,
@@ -208,12 +210,15 @@ async def _stat(path: Path | int, dir_fd: int | None, follow_symlinks: bool,
         loop = asyncio.get_running_loop()
         ring = get_ring(loop)
         oflags = _O_PATH if follow_symlinks else _O_PATH | os.O_NOFOLLOW
-        fd = await _opened_now(dfd, encoded, oflags, path)
+        fd = _opened_now(dfd, encoded, oflags, path)
         if fd >= 0:
             try:
-                return os.fstat(fd)
+                st = os.fstat(fd)
             finally:
                 os.close(fd)
+            if pace():
+                await _yield_keeping()
+            return st
         if ring.supports(lib.IORING_OP_OPENAT):
             try:
                 fd = await _on_ring(loop, ring, lib.aior_prep_openat, (dfd, encoded, oflags, 0),

@@ -257,7 +257,9 @@ class AiofilesContextManager(Awaitable[_T], AbstractAsyncContextManager[_T], Gen
         return self._obj
 
     async def __aenter__(self) -> _T:
-        return await self
+        if self._obj is None:
+            self._obj = await self._coro
+        return self._obj
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
                         exc_tb: TracebackType | None) -> None:

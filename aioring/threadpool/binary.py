@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from .._file import (_DIRECT_READ, _INF, _REST_MAX, _REST_MIN, RingFileIO, read_direct, read_rest,
-                     readinto_direct)
-from .._ops import write as _ring_write
+                     read_rest_now, readinto_direct)
+from .._ops import pace, write as _ring_write
 from ..base import AsyncFileBase, AsyncIndirectBase, Plan
 
 __all__ = ["AsyncBufferedIOBase", "AsyncBufferedReader", "AsyncFileIO", "AsyncIndirectBufferedIOBase",
@@ -134,7 +135,30 @@ class AsyncBufferedIOBase(_BinaryBase):
             if type(size) is int and size >= _DIRECT_READ:
                 return await self._read_direct(raw, size)
             if size is None or (type(size) is int and size < 0):
-                return await self._read_rest(raw)
+                # read() to end of file with nothing buffered: the kernel
+                # fills the result itself (one copy of the file, not a window
+                # and a copy of it).  The file stays taken throughout.
+                file = self._file
+                raw._busy = True
+                try:
+                    raw.begin_call()
+                    n = raw._size - raw._pos
+                    if file.tell() != raw._pos or not _REST_MIN <= n <= _REST_MAX:
+                        return await self._run(raw, "read", self._plan(self._read_plan, -1), (-1,))
+                    if pace():
+                        await asyncio.sleep(0)  # (a task reading cached files would not yield otherwise)
+                    data = read_rest_now(raw, n)
+                    if data is not None:
+                        _moved(raw, file, n)
+                        return data
+                    data, eof = await read_rest(raw, n)
+                    _moved(raw, file, len(data))
+                    if eof:
+                        return data
+                    raw.begin_call()  # it grew: the rest as BufferedReader reads it
+                    return data + await self._run(raw, "read", self._plan(self._read_plan, -1), (-1,))
+                finally:
+                    raw.release()
         return await self._call("read", self._plan(self._read_plan, size), size)
 
     async def readinto(self, b: Any) -> int:
@@ -172,25 +196,6 @@ class AsyncBufferedIOBase(_BinaryBase):
             raw.begin_call()
             rest = n - whole
             return data + await self._run(raw, "read", self._plan(self._read_plan, rest), (rest,))
-        finally:
-            raw.release()
-
-    async def _read_rest(self, raw: RingFileIO) -> bytes:
-        """read() to end of file with nothing buffered: the kernel fills the
-        result itself (one copy of the file, not a window and a copy of it)."""
-        file = self._file
-        raw._busy = True
-        try:
-            raw.begin_call()
-            n = raw._size - raw._pos
-            if file.tell() != raw._pos or not _REST_MIN <= n <= _REST_MAX:
-                return await self._run(raw, "read", self._plan(self._read_plan, -1), (-1,))
-            data, eof = await read_rest(raw, n)
-            _moved(raw, file, len(data))
-            if eof:
-                return data
-            raw.begin_call()  # it grew: the rest as BufferedReader reads it
-            return data + await self._run(raw, "read", self._plan(self._read_plan, -1), (-1,))
         finally:
             raw.release()
 
