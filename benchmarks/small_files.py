@@ -25,6 +25,10 @@ Variants, each on asyncio's default loop and on uvloop:
 * open()    ``with open(p, "rb") as f: f.read()``, blocking, inside the same
             coroutine and loop (the files one after the other), then the same
             ``await asyncio.sleep(0.001)``: the reference
+* tasks     the same blocking ``open()``, one task per file, all started
+            together and awaited as the libraries' rounds are: the floor of
+            any library run that way (a task, its wake-ups and the gather per
+            file, and no I/O cost but open()'s own)
 
 Every run is a fresh interpreter that imports only its own library (this
 script's child mode imports nothing but the standard library and that
@@ -78,10 +82,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
-ALL_VARIANTS = ("aioring", "aiofiles", "aiofile", "open")
+ALL_VARIANTS = ("aioring", "aiofiles", "aiofile", "open", "tasks")
 ALL_LOOPS = ("asyncio", "uvloop")
 ALL_FILES = (1, 6, 12, 24)
-LABEL = {"aioring": "aioring", "aiofiles": "aiofiles", "aiofile": "aiofile", "open": "open()"}
+LABEL = {"aioring": "aioring", "aiofiles": "aiofiles", "aiofile": "aiofile", "open": "open()",
+         "tasks": "tasks"}
 MIN_SIZE, MAX_SIZE = 1024, 100 * 1024
 KIB_ = 1024
 # One run of every configuration at 1,000 rounds (the experiment's count) takes
@@ -163,7 +168,7 @@ def make_fetch(variant: str) -> Fetch:
                 data: bytes = await f.read_bytes()
             return data
         return fetch_aiofile
-    if variant == "open":
+    if variant in ("open", "tasks"):
         async def fetch_open(path: str) -> bytes:
             with open(path, "rb") as f:
                 return f.read()
@@ -475,6 +480,11 @@ def targets(med: dict[Key, dict[str, Any]], loops: list[str], variants: list[str
         if ref.get("runs"):
             ratio = ring["wall_s"] / ref["wall_s"]
             line(ratio <= 1.2, f"wall time at most 1.2x open(): {ratio:.2f}x", informative=True)
+            floor = med.get(("tasks", loop, n), {})
+            if floor.get("runs"):
+                line(None, f"the floor of a task per file (tasks): {floor['wall_s'] / ref['wall_s']:.2f}x "
+                           f"open()'s wall time; aioring {ring['wall_s'] / floor['wall_s']:.2f}x the floor",
+                     informative=True)
             d_rss = (ring["rss_peak_kib"] - ref["rss_peak_kib"]) / 1024
             line(d_rss <= 3, f"RSS within 3 MiB of open(): {d_rss:+.1f} MiB", informative=True)
         line(user <= 1 and kern == 0,
@@ -617,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("error: no variant left to run")
     for note in skipped:
         log("note: " + note)
-    cache_bytecode([v for v in variants if v != "open"])
+    cache_bytecode([v for v in variants if v not in ("open", "tasks")])
 
     sizes = make_files(args.data_dir, max(files), args.seed)
     configs = [(v, lp) for v in variants for lp in loops]
