@@ -856,12 +856,13 @@ _GOOD_BINARY_ARGS: set[tuple[Any, ...]] = set()
 def check_open(file: Any, mode: str, buffering: int, encoding: str | None, errors: str | None,
                newline: str | None, closefd: bool) -> None:
     """Raise what builtin open raises for these arguments, without opening anything."""
-    if not isinstance(file, int):
+    is_fd = isinstance(file, int)
+    if not is_fd and type(file) is not str:
         os.fspath(file)  # TypeError as builtin open's
-    cacheable = (type(mode) is str and "b" in mode and type(buffering) is int and type(closefd) is bool
-                 and encoding is None and errors is None and newline is None)
+    cacheable = (encoding is None and errors is None and newline is None and type(mode) is str
+                 and type(buffering) is int and type(closefd) is bool and "b" in mode)
     if cacheable:
-        key = (isinstance(file, int), mode, buffering, closefd)
+        key = (is_fd, mode, buffering, closefd)
         if key in _GOOD_BINARY_ARGS:
             return
     _check_open(file, mode, buffering, encoding, errors, newline, closefd)

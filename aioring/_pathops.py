@@ -35,15 +35,22 @@ _AT_FDCWD = lib.AT_FDCWD
 _STATX_NEW = ffi.typeof("struct statx *")
 
 
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+
+
 def _encode(path: Any, func: str, name: str = "path", fd_too: bool = False) -> bytes:
     """os's path conversion: str, bytes or os.PathLike (or an int, where
     `fd_too`, which the caller handles); no NUL inside.  Errors as os's."""
-    try:
-        raw = os.fspath(path)
-    except TypeError:
-        kinds = "string, bytes, os.PathLike or integer" if fd_too else "string, bytes or os.PathLike"
-        raise TypeError(f"{func}: {name} should be {kinds}, not {type(path).__name__}") from None
-    encoded = os.fsencode(raw)
+    if type(path) is str:
+        raw: str | bytes = path
+        encoded = path.encode(_FS_ENCODING, _FS_ERRORS)  # (os.fsencode's, without its checks)
+    else:
+        try:
+            raw = os.fspath(path)
+        except TypeError:
+            kinds = "string, bytes, os.PathLike or integer" if fd_too else "string, bytes or os.PathLike"
+            raise TypeError(f"{func}: {name} should be {kinds}, not {type(path).__name__}") from None
+        encoded = os.fsencode(raw)
     if b"\0" in encoded:
         if isinstance(raw, str) and sys.version_info < (3, 13):
             raise ValueError("embedded null byte")
