@@ -69,6 +69,24 @@ async def test_name_keeps_bytes_pathlike_and_fd(sample: str) -> None:
         os.fstat(fd)  # closefd=True closed it
 
 
+async def test_name_that_does_not_decode(disk_dir: str) -> None:
+    # A name with a byte the file system encoding cannot decode: as a str it
+    # carries a surrogate (os.fsdecode), and opens the same file as builtin open.
+    raw_name = os.path.join(os.fsencode(disk_dir), b"caf\xe9-\xff")
+    Path(os.fsdecode(raw_name)).write_bytes(b"bytes of an odd name")
+    name = os.fsdecode(raw_name)
+    assert "\udcff" in name
+    with open(name, "rb") as g:
+        want = g.read()
+    async with aioring.open(name, "rb") as f:
+        assert f.name == name
+        assert await f.read() == want
+    assert (await aioring.os.stat(name)).st_size == os.stat(name).st_size
+    with pytest.raises(FileNotFoundError) as info:
+        await aioring.open(name + "\udcfe", "rb")
+    assert info.value.filename == name + "\udcfe"
+
+
 async def test_open_does_nothing_until_awaited(disk_dir: str) -> None:
     path = os.path.join(disk_dir, "new")
     cm = aioring.open(path, "w")
