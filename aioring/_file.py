@@ -33,6 +33,7 @@ import asyncio
 import codecs
 import collections
 import errno
+import functools
 import io
 import operator
 import os
@@ -799,10 +800,12 @@ def text_encoding(encoding: str | None) -> str:
     return encoding if encoding is not None else io.text_encoding(None)  # type: ignore[attr-defined]
 
 
+@functools.lru_cache(maxsize=64)
 def line_terminator(encoding: str, newline: str | None) -> tuple[bytes, ...] | None:
     """The encoded byte strings that can end a line of a text file (with
     universal newlines "\r" and "\n"), or None if the encoding hides them
-    (the line prefetch then reads ahead blindly)."""
+    (the line prefetch then reads ahead blindly).  Asked at every text open:
+    kept per encoding and newline."""
     ends = ["\r", "\n"] if newline in (None, "") else [newline]
     try:
         encoder = codecs.getincrementalencoder(encoding)()
@@ -848,9 +851,10 @@ def _mode_plan(mode: str) -> tuple[str, bool, bool, int]:
     return plan
 
 
-# Arguments of binary opens that check_open found good (their checks depend
-# on nothing else); bounded, as callers may pass many distinct values.
-_GOOD_BINARY_ARGS: set[tuple[Any, ...]] = set()
+# Arguments of opens that check_open found good (their checks depend on
+# nothing else); bounded, as callers may pass many distinct values.
+_GOOD_ARGS: set[tuple[Any, ...]] = set()
+_TEXT_ARG = (str, type(None))
 
 
 def check_open(file: Any, mode: str, buffering: int, encoding: str | None, errors: str | None,
@@ -859,15 +863,16 @@ def check_open(file: Any, mode: str, buffering: int, encoding: str | None, error
     is_fd = isinstance(file, int)
     if not is_fd and type(file) is not str:
         os.fspath(file)  # TypeError as builtin open's
-    cacheable = (encoding is None and errors is None and newline is None and type(mode) is str
-                 and type(buffering) is int and type(closefd) is bool and "b" in mode)
+    cacheable = (type(mode) is str and type(buffering) is int and type(closefd) is bool
+                 and type(encoding) in _TEXT_ARG and type(errors) in _TEXT_ARG
+                 and type(newline) in _TEXT_ARG)
     if cacheable:
-        key = (is_fd, mode, buffering, closefd)
-        if key in _GOOD_BINARY_ARGS:
+        key = (is_fd, mode, buffering, closefd, encoding, errors, newline)
+        if key in _GOOD_ARGS:
             return
     _check_open(file, mode, buffering, encoding, errors, newline, closefd)
-    if cacheable and len(_GOOD_BINARY_ARGS) < 64:
-        _GOOD_BINARY_ARGS.add(key)
+    if cacheable and len(_GOOD_ARGS) < 64:
+        _GOOD_ARGS.add(key)
 
 
 def _check_open(file: Any, mode: str, buffering: int, encoding: str | None, errors: str | None,
