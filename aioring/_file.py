@@ -806,7 +806,9 @@ def line_terminator(encoding: str, newline: str | None) -> tuple[bytes, ...] | N
     universal newlines "\r" and "\n"), or None if the encoding hides them
     (the line prefetch then reads ahead blindly).  Asked at every text open:
     kept per encoding and newline."""
-    ends = ["\r", "\n"] if newline in (None, "") else [newline]
+    # ("\n" first: find_line_end then looks for "\r" only before it, not
+    # through the whole window of a file that has none.)
+    ends = ["\n", "\r"] if newline in (None, "") else [newline]
     try:
         encoder = codecs.getincrementalencoder(encoding)()
         encoder.encode("a")  # past any BOM
@@ -816,15 +818,26 @@ def line_terminator(encoding: str, newline: str | None) -> tuple[bytes, ...] | N
     return terms if all(terms) else None
 
 
+_NEAR = 4096  # find_line_end looks this far first
+
+
 def find_line_end(buf: bytearray, terms: tuple[bytes, ...], start: int) -> int:
-    """The index just past the first of `terms` in buf[start:], or -1."""
-    best = -1
-    stop = len(buf)
-    for term in terms:
-        i = buf.find(term, start, stop)  # only an earlier end matters: search no further
-        if i >= 0:
-            best = stop = i + len(term)
-    return best
+    """The index just past the first of `terms` in buf[start:], or -1.
+
+    It looks near `start` first: a window holds many lines, and a line end
+    that the file never uses ("\r" with universal newlines, say) would
+    otherwise be searched for through all of it at every line."""
+    end = len(buf)
+    stop = start + _NEAR if start + _NEAR < end else end
+    while True:
+        best = -1
+        for term in terms:
+            i = buf.find(term, start, stop)  # only an earlier end matters: search no further
+            if i >= 0:
+                best = stop = i + len(term)
+        if best >= 0 or stop >= end:
+            return best
+        stop = end  # (an end that straddles the first stop is found here)
 
 
 # -- opening ---------------------------------------------------------------

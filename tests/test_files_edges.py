@@ -496,6 +496,28 @@ async def test_universal_newlines_cr_file_iterates_in_linear_time(disk_dir: str)
     assert timings[b"\r"] < 5 * timings[b"\n"] + 0.1, timings
 
 
+def _first_end(buf: bytes, terms: tuple[bytes, ...], start: int) -> int:
+    """find_line_end's answer, the slow way: the end of the earliest match."""
+    hits = [(i, i + len(t)) for t in terms for i in range(start, len(buf)) if buf.startswith(t, i)]
+    return min(hits)[1] if hits else -1
+
+
+@pytest.mark.parametrize("terms", [(b"\n", b"\r"), (b"\r", b"\n"), (b"\n\x00", b"\r\x00"), (b"\n",)])
+def test_find_line_end_near_and_far(terms: tuple[bytes, ...]) -> None:
+    """Where the first line end is: near the start, straddling the edge of
+    the first, near search, past it, or nowhere; \r\n counts from its \r."""
+    near = _file._NEAR
+    for start in (0, 3):
+        for at in (0, 5, near - 3, near - 2, near - 1, near, near + 1, 3 * near, None):
+            for term in (*terms, b"\r\n"):
+                buf = bytearray(b"a" * (start + 4 * near))
+                if at is not None:
+                    buf[start + at:start + at + len(term)] = term
+                    del buf[start + 4 * near:]
+                assert _file.find_line_end(buf, terms, start) == _first_end(bytes(buf), terms, start), \
+                    (start, at, term)
+
+
 async def test_endless_reader_can_be_timed_out(disk_dir: str) -> None:
     """read, seek(0), read, ...: never at end of file; wait_for still ends it."""
     path = Path(disk_dir, "f")
