@@ -11,7 +11,7 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from ._file import RingFileIO, ring_raw
+from ._file import RingFileIO, find_line_end, ring_raw
 from ._ops import pace
 
 __all__ = ["AiofilesContextManager", "AsyncBase", "AsyncFileBase", "AsyncIndirectBase", "wrap"]
@@ -173,6 +173,79 @@ _ENDING = ("close", "__exit__")
 
 class AsyncFileBase(AsyncBase):
     """What the binary and the text file classes share."""
+
+    # -- lines ---------------------------------------------------------------
+    async def readline(self, size: Any = -1) -> Any:
+        if pace():
+            await asyncio.sleep(0)  # iterating a file must not starve the other tasks
+        if size == -1:
+            line = self._readline_now()
+            if line is not None:
+                if self._raw is not None and self._raw._queue:
+                    await self._drain_queue()
+                return line
+        return await self._call("readline", self._readline_plan(size), size)
+
+    async def __anext__(self) -> Any:
+        # readline(), without a second coroutine for the usual line.
+        if pace():
+            await asyncio.sleep(0)
+        line = self._readline_now()
+        if line is None:
+            line = await self._call("readline", self._readline_plan(-1), -1)
+        elif self._raw is not None and self._raw._queue:
+            await self._drain_queue()
+        if line:
+            return line
+        raise StopAsyncIteration
+
+    def _readline_plan(self, size: Any) -> Plan:
+        """The prefetch plan of readline(size)."""
+        return None
+
+    def _line_ends(self) -> tuple[bytes, ...] | None:
+        """The encoded line ends _readline_now looks for (None: it never serves)."""
+        return None
+
+    def _slack(self, raw: RingFileIO) -> int:
+        """How far past a line's end the stdlib's readline may read the raw file."""
+        return raw.bufsize + 1
+
+    def _readline_now(self) -> Any:
+        """readline() at once when the next line, and what the stdlib may read
+        past it, is in the window already (the usual case when iterating);
+        else None: the plan's turn."""
+        raw = self._raw
+        if raw is None or raw._busy or raw._queue:
+            return None
+        terms = self._line_ends()
+        if terms is None:
+            return None
+        raw._busy = True
+        raw.begin_call()  # drops a stale window
+        buf = raw._wbuf
+        off = raw._pos - raw._wstart
+        i = find_line_end(buf, terms, off) if off >= 0 else -1
+        if i < 0 or i + self._slack(raw) > len(buf):
+            raw.release()
+            return None
+        raw._defer = True
+        try:
+            return self._file.readline()
+        finally:
+            raw._defer = False
+            raw.end_call()
+            raw.release()
+
+    async def _drain_queue(self) -> None:
+        """What a readline queued ("+" modes flush pending writes first)."""
+        raw = self._raw
+        assert raw is not None
+        await raw.acquire()
+        try:
+            await raw.drain()
+        finally:
+            raw.release()
 
     async def tell(self) -> int:
         return await self._call("tell", None)

@@ -536,6 +536,29 @@ async def test_endless_reader_can_be_timed_out(disk_dir: str) -> None:
         await task
 
 
+@pytest.mark.parametrize("buffering", [-1, 16, 4096])
+@pytest.mark.parametrize("mode", ["r", "rb"])
+async def test_iterating_lines_of_every_length(disk_dir: str, mode: str, buffering: int) -> None:
+    """Lines shorter and longer than the buffer, and a last line without an
+    end, as builtin open's iteration gives them, with every raw read served
+    from what was read ahead through the ring (none made synchronously)."""
+    path = Path(disk_dir, "f")
+    lengths = [0, 1, 15, 16, 17, 100, 4095, 4096, 4097, 70_000, 3, 0, 9000, 1]
+    path.write_bytes(b"".join(b"x" * n + b"\n" for n in lengths) + b"tail")
+    with open(path, mode, buffering) as g:
+        expected = list(g)
+    sync_reads = _file.SYNC_READS[0]
+    async with aioring.open(path, mode, buffering) as f:
+        assert [line async for line in f] == expected
+        assert await f.readline() == expected[0][:0]
+    async with aioring.open(path, mode, buffering) as f:
+        got = []
+        while line := await f.readline():
+            got.append(line)
+        assert got == expected
+    assert _file.SYNC_READS[0] == sync_reads
+
+
 @pytest.mark.parametrize("mode", ["r", "rb"])
 async def test_iterating_a_file_lets_other_tasks_run(disk_dir: str, mode: str) -> None:
     """Lines served from the window complete without suspending: the file

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
@@ -105,8 +106,13 @@ class _BinaryBase(AsyncFileBase):
     async def readinto(self, b: Any) -> int:
         return await self._call("readinto", self._readinto_plan(b), b)
 
-    async def readline(self, size: Any = -1) -> bytes:
-        return await self._call("readline", self._plan(self._line_plan, size), size)
+    def _readline_plan(self, size: Any) -> Plan:
+        return self._plan(self._line_plan, size)
+
+    def _line_ends(self) -> tuple[bytes, ...] | None:
+        # A BufferedReader reads the raw file only past what it holds, a
+        # buffer at a time; the other layers read or write more (not served).
+        return _NL if type(self._file) is io.BufferedReader else None
 
     async def readlines(self, hint: Any = -1) -> list[bytes]:
         return await self._call("readlines", self._plan(self._lines_plan, hint), hint)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from .._file import _INF, RingFileIO, find_line_end, line_terminator
-from .._ops import pace
+from .._file import _INF, RingFileIO, line_terminator
 from ..base import AsyncFileBase, AsyncIndirectBase, Plan
 
 __all__ = ["AsyncTextIOWrapper", "AsyncTextIndirectIOWrapper"]
@@ -104,64 +102,11 @@ class AsyncTextIOWrapper(AsyncFileBase):
     async def read(self, size: Any = -1) -> str:
         return await self._call("read", self._read_plan(size), size)
 
-    async def readline(self, size: Any = -1) -> str:
-        if pace():
-            await asyncio.sleep(0)  # iterating a file must not starve the other tasks
-        if size == -1:
-            line = self._readline_now()
-            if line is not None:
-                if self._raw is not None and self._raw._queue:
-                    await self._drain_queue()
-                return line
-        return await self._call("readline", self._line_plan(size), size)
+    def _readline_plan(self, size: Any) -> Plan:
+        return self._line_plan(size)
 
-    async def __anext__(self) -> str:
-        # readline(), without a second coroutine for the usual line.
-        if pace():
-            await asyncio.sleep(0)
-        line = self._readline_now()
-        if line is None:
-            line = await self._call("readline", self._line_plan(-1), -1)
-        elif self._raw is not None and self._raw._queue:
-            await self._drain_queue()
-        if line:
-            return line
-        raise StopAsyncIteration
-
-    def _readline_now(self) -> str | None:
-        """readline() at once when the next line, and what the stdlib may read
-        past it, is in the window already (the usual case when iterating);
-        else None: the plan's turn."""
-        raw = self._raw
-        term = self._term
-        if raw is None or term is None or raw._busy or raw._queue:
-            return None
-        raw._busy = True
-        raw.begin_call()  # drops a stale window
-        buf = raw._wbuf
-        off = raw._pos - raw._wstart
-        i = find_line_end(buf, term, off) if off >= 0 else -1
-        if i < 0 or i + self._slack(raw) > len(buf):
-            raw.release()
-            return None
-        raw._defer = True
-        try:
-            line: str = self._file.readline()
-        finally:
-            raw._defer = False
-            raw.end_call()
-            raw.release()
-        return line
-
-    async def _drain_queue(self) -> None:
-        """What a readline queued ("+" modes flush pending writes first)."""
-        raw = self._raw
-        assert raw is not None
-        await raw.acquire()
-        try:
-            await raw.drain()
-        finally:
-            raw.release()
+    def _line_ends(self) -> tuple[bytes, ...] | None:
+        return self._term
 
     async def readlines(self, hint: Any = -1) -> list[str]:
         return await self._call("readlines", self._lines_plan(hint), hint)
