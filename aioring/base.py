@@ -174,76 +174,70 @@ _ENDING = ("close", "__exit__")
 class AsyncFileBase(AsyncBase):
     """What the binary and the text file classes share."""
 
-    # -- lines ---------------------------------------------------------------
+    # -- reads the window serves at once ----------------------------------------
     async def readline(self, size: Any = -1) -> Any:
-        if pace():
-            await asyncio.sleep(0)  # iterating a file must not starve the other tasks
-        if size == -1:
-            line = self._readline_now()
-            if line is not None:
-                if self._raw is not None and self._raw._queue:
-                    await self._drain_queue()
-                return line
-        return await self._call("readline", self._readline_plan(size), size)
+        raw = self._raw
+        if size == -1 and raw is not None and not raw._busy and not raw._queue and self._line_ends():
+            return await self._call_now(raw, "readline", -1)
+        return await self._call("readline", self._replan("readline", (size,)), size)
 
     async def __anext__(self) -> Any:
-        # readline(), without a second coroutine for the usual line.
-        if pace():
-            await asyncio.sleep(0)
-        line = self._readline_now()
-        if line is None:
-            line = await self._call("readline", self._readline_plan(-1), -1)
-        elif self._raw is not None and self._raw._queue:
-            await self._drain_queue()
+        raw = self._raw
+        if raw is not None and not raw._busy and not raw._queue and self._line_ends():
+            line = await self._call_now(raw, "readline", -1)  # (readline's, one coroutine fewer)
+        else:
+            line = await self.readline()
         if line:
             return line
         raise StopAsyncIteration
 
-    def _readline_plan(self, size: Any) -> Plan:
-        """The prefetch plan of readline(size)."""
-        return None
-
     def _line_ends(self) -> tuple[bytes, ...] | None:
-        """The encoded line ends _readline_now looks for (None: it never serves)."""
+        """The encoded line ends that _fits looks for (None: readline never
+        runs at once)."""
         return None
 
     def _slack(self, raw: RingFileIO) -> int:
         """How far past a line's end the stdlib's readline may read the raw file."""
         return raw.bufsize + 1
 
-    def _readline_now(self) -> Any:
-        """readline() at once when the next line, and what the stdlib may read
-        past it, is in the window already (the usual case when iterating);
-        else None: the plan's turn."""
-        raw = self._raw
-        if raw is None or raw._busy or raw._queue:
-            return None
-        terms = self._line_ends()
-        if terms is None:
-            return None
-        raw._busy = True
-        raw.begin_call()  # drops a stale window
+    def _fits(self, raw: RingFileIO, name: str, arg: int) -> bool:
+        """Whether the window holds all that the stdlib's readline() or (for a
+        BufferedReader) read(arg) can read of the raw file: the next line and
+        the slack past it; `arg` bytes and a buffer more."""
         buf = raw._wbuf
         off = raw._pos - raw._wstart
-        i = find_line_end(buf, terms, off) if off >= 0 else -1
-        if i < 0 or i + self._slack(raw) > len(buf):
-            raw.release()
-            return None
-        raw._defer = True
-        try:
-            return self._file.readline()
-        finally:
-            raw._defer = False
-            raw.end_call()
-            raw.release()
+        if off < 0:
+            return False
+        if name == "read":
+            return off + arg + raw.bufsize <= len(buf)
+        terms = self._line_ends()
+        assert terms is not None
+        i = find_line_end(buf, terms, off)
+        return i >= 0 and i + self._slack(raw) <= len(buf)
 
-    async def _drain_queue(self) -> None:
-        """What a readline queued ("+" modes flush pending writes first)."""
-        raw = self._raw
-        assert raw is not None
-        await raw.acquire()
+    async def _call_now(self, raw: RingFileIO, name: str, arg: int) -> Any:
+        """_call for a read that the window usually serves whole (iterating a
+        file, reading it in chunks): then the stdlib's method runs at once,
+        with no plan and no fill.  The file is taken throughout, so calls
+        made after this one still run after it."""
+        raw._busy = True
         try:
-            await raw.drain()
+            if pace():
+                await asyncio.sleep(0)  # (a task reading cached bytes would not yield otherwise)
+            raw.begin_call()  # drops a stale window
+            if not self._fits(raw, name, arg):
+                return await self._run(raw, name, self._replan(name, (arg,)), (arg,))
+            raw._defer = True
+            try:
+                result = getattr(self._file, name)(arg)
+            finally:
+                raw._defer = False
+                try:
+                    if raw._queue:  # ("+" modes flush pending writes first)
+                        await raw.drain()
+                finally:
+                    raw.end_call()
+            return result
         finally:
             raw.release()
 

@@ -73,6 +73,21 @@ async def test_read_after_external_truncate_returns_eof(disk_dir: str) -> None:
 # -- concurrency ---------------------------------------------------------------
 
 @pytest.mark.parametrize("mode", ["rb", "r"])
+async def test_concurrent_readlines_keep_their_order(disk_dir: str, mode: str) -> None:
+    """Many tasks calling readline() on one file get its lines in the order
+    of their calls, as calls waiting their turn do: also the calls that the
+    read-ahead serves at once, and those that let the loop run first."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(b"".join(b"line %d\n" % i for i in range(3 * _file.YIELD_EVERY)))
+    with open(path, mode) as g:
+        expected = g.readlines()
+    async with aioring.open(path, mode) as f:
+        got = await asyncio.gather(*(f.readline() for _ in expected))
+        assert got == expected
+        assert await f.readline() == expected[0][:0]
+
+
+@pytest.mark.parametrize("mode", ["rb", "r"])
 async def test_concurrent_reads_never_read_synchronously(disk_dir: str, mode: str) -> None:
     """Several tasks reading one file: each call's prefetch plan is computed
     from the position when the call is made (`self._plan(...)` is an argument

@@ -106,9 +106,6 @@ class _BinaryBase(AsyncFileBase):
     async def readinto(self, b: Any) -> int:
         return await self._call("readinto", self._readinto_plan(b), b)
 
-    def _readline_plan(self, size: Any) -> Plan:
-        return self._plan(self._line_plan, size)
-
     def _line_ends(self) -> tuple[bytes, ...] | None:
         # A BufferedReader reads the raw file only past what it holds, a
         # buffer at a time; the other layers read or write more (not served).
@@ -140,6 +137,9 @@ class AsyncBufferedIOBase(_BinaryBase):
         if raw is not None and not raw._busy and not raw._queue and not raw.closed and raw.readable():
             if type(size) is int and size >= _DIRECT_READ:
                 return await self._read_direct(raw, size)
+            if type(size) is int and size >= 0 and type(self._file) is io.BufferedReader:
+                chunk: bytes = await self._call_now(raw, "read", size)
+                return chunk
             if size is None or (type(size) is int and size < 0):
                 # read() to end of file with nothing buffered: the kernel
                 # fills the result itself (one copy of the file, not a window
@@ -159,10 +159,10 @@ class AsyncBufferedIOBase(_BinaryBase):
                         return data
                     data, eof = await read_rest(raw, n)
                     _moved(raw, file, len(data))
-                    if eof:
-                        return data
-                    raw.begin_call()  # it grew: the rest as BufferedReader reads it
-                    return data + await self._run(raw, "read", self._plan(self._read_plan, -1), (-1,))
+                    if not eof:
+                        raw.begin_call()  # it grew: the rest as BufferedReader reads it
+                        data += await self._run(raw, "read", self._plan(self._read_plan, -1), (-1,))
+                    return data
                 finally:
                     raw.release()
         return await self._call("read", self._plan(self._read_plan, size), size)

@@ -102,9 +102,6 @@ class AsyncTextIOWrapper(AsyncFileBase):
     async def read(self, size: Any = -1) -> str:
         return await self._call("read", self._read_plan(size), size)
 
-    def _readline_plan(self, size: Any) -> Plan:
-        return self._line_plan(size)
-
     def _line_ends(self) -> tuple[bytes, ...] | None:
         return self._term
 
