@@ -239,7 +239,9 @@ async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
     if _ring._owed:
         _ring._deliver_owed()  # a cancellation this task owes comes first, as in Ring.start
     loop, ring = _ring_and_loop()
-    buf = _alloc(_CHARS, max(nbytes, 1))
+    if not nbytes:
+        return b""  # as recv(0): nothing to wait for
+    buf = _alloc(_CHARS, nbytes)
     n = min(nbytes, MAX_RW)
     if _recv_due(fd):
         got = _sync_rw(_RECV, fd, buf, n, 0, _DONTWAIT)
@@ -264,6 +266,9 @@ async def sock_recv_into(sock: socket.socket, buf: Any) -> int:
     loop, ring = _ring_and_loop()
     cbuf = writable_buffer(buf)
     n = min(len(cbuf), MAX_RW)
+    if not n:
+        ffi.release(cbuf)
+        return 0  # as recv_into of an empty buffer: nothing to wait for
     if _recv_due(fd):
         got = _sync_rw(_RECV, fd, cbuf, n, 0, _DONTWAIT)
         if got != _EAGAIN:
@@ -430,8 +435,9 @@ async def sock_connect(sock: socket.socket, address: Any) -> None:
 
 
 def _connect_error(exc: OSError, address: Any) -> OSError:
-    # asyncio's selector loop raises OSError(err, f"Connect call failed {address}").
-    if exc.errno is None:
+    # asyncio's selector loop raises OSError(err, f"Connect call failed {address}")
+    # for an IP address; a unix socket's connect fails at once, with the plain error.
+    if exc.errno is None or not isinstance(address, tuple):
         return exc
     return os_error(-exc.errno).__class__(exc.errno, f"Connect call failed {address}")
 

@@ -118,6 +118,7 @@ class _Channel:
         self._closing = False
         self._closed = False
         self._closed_future: asyncio.Future[None] = loop.create_future()
+        self._lost: OSError | None = None  # the error that ended the connection (see _fail)
         self._inflight = 0
         self._read_op: Op | None = None  # the receive in flight, if any
         # The receive into the reader's buffer: one op, started again for
@@ -228,8 +229,7 @@ class _Channel:
             if exc.errno is None or exc.errno in _NO_DIRECT:
                 self._pull_skip = 1 << 62  # (a kernel without RWF_NOWAIT for pipes): the ring only
                 return False
-            reader.set_exception(exc)
-            self.abort()  # as asyncio's transport closes on a read error
+            self._fail(exc)
             raise  # (as the waiter would have)
         except (TypeError, ValueError, AttributeError):
             self._pull_skip = 1 << 62  # not a plain socket or fd: the ring only
@@ -269,7 +269,7 @@ class _Channel:
                 self._armed = False
                 self._inflight -= 1
             if isinstance(exc, OSError):
-                self.abort()
+                self._fail(exc)
             raise
 
     def _received(self, res: int) -> None:
@@ -286,8 +286,7 @@ class _Channel:
         elif res == 0 or (res == -_ECANCELED and self._closing):
             reader.feed_eof()  # (closed under the read: end of stream, as asyncio's reader sees it)
         else:
-            reader.set_exception(os_error(res))
-            self.abort()  # as asyncio's transport closes on a read error
+            self._fail(os_error(res))
         if self._closing and not self._inflight and not self._pending:
             self._finish_close()
 
@@ -312,8 +311,8 @@ class _Channel:
             op = ring.start(self._loop, _PREP_RW, args, keep, None, _POLLIN, unbounded=True)
             if op.future is None:
                 return ready(op)
-        except OSError:
-            self.abort()
+        except OSError as exc:
+            self._fail(exc)
             raise
         self._read_op = op
         self._inflight += 1
@@ -336,7 +335,7 @@ class _Channel:
         except OSError as exc:
             if exc.errno == _ECANCELED and self._closing:
                 return 0  # closed under the read: end of stream, as asyncio's reader sees it
-            self.abort()
+            self._fail(exc)
             raise
         finally:
             if not abandoned:
@@ -456,7 +455,13 @@ class _Channel:
         except BlockingIOError:
             self._send(False)  # the kernel is full: the ring waits for room
             return
-        except (OSError, TypeError, ValueError, AttributeError):
+        except OSError as exc:
+            if exc.errno is not None and exc.errno not in _NO_DIRECT:
+                self._sent(-exc.errno)  # the connection's error (a reset peer): it ends there
+                self._after_send()
+                return
+            n = -1  # _send tells these apart
+        except (TypeError, ValueError, AttributeError):
             n = -1  # _send tells these apart
         if n == size:
             pending.clear()
@@ -590,9 +595,8 @@ class _Channel:
             self._pending_size = 0
             self._pooled.clear()
             if not (res == -_ECANCELED and (self._closing or self._aborted)):
-                self._write_exc = os_error(res)
-                if not self._closing:
-                    self.abort()  # as asyncio's transport: a failed send ends the connection
+                self._write_exc = exc = os_error(res)
+                self._fail(exc)  # as asyncio's transport: a failed send ends the connection
 
     def _after_send(self) -> None:
         if self._drain_waiters:
@@ -634,14 +638,15 @@ class _Channel:
         if self._write_exc is not None:
             exc = self._write_exc
             raise type(exc)(exc.errno, exc.strerror)
-        if self._closed:
-            raise ConnectionResetError("Connection lost")
+        if self._lost is not None:
+            raise self._lost  # (closed without an error, as by abort(): it just returns, as asyncio's)
 
     # ---------------------------------------------------------------- close
     def close(self) -> None:
         """Let buffered writes go out, cancel a receive in flight, then close the fd."""
         if self._closing:
             return
+        self._take_arrived()
         self._closing = True
         op = self._read_op
         if op is not None:
@@ -653,6 +658,44 @@ class _Channel:
             self._send()
         if not self._inflight and not self._pending:
             self._finish_close()
+
+    def _take_arrived(self) -> None:
+        """Closing: what already arrived stays readable, as it does with
+        asyncio's transport, which read it as it came (up to where that
+        transport pauses reading)."""
+        reader = self._reader
+        if (reader is None or self._armed or self._read_op is not None or reader._eof
+                or reader._exception is not None or self._pull_skip >= 1 << 62):
+            return
+        view = self._chunk_view
+        while len(reader._buffer) <= 2 * reader._limit:
+            try:
+                if view is not None:
+                    if self._is_socket:
+                        n = self._owner.recv_into(view, _CHUNK, _DONTWAIT)
+                    else:
+                        n = os.preadv(self._fd, [view], -1, _RWF_NOWAIT)
+                    data: Any = view[:n]
+                elif self._is_socket:  # (no chunk yet: most often nothing is there)
+                    data = self._owner.recv(reader._limit, _DONTWAIT)
+                else:
+                    view = memoryview(ffi.buffer(self._new_chunk()))
+                    continue
+            except (OSError, TypeError, ValueError, AttributeError):
+                return  # nothing more (or an error, which the closed stream no longer reports)
+            if not data:
+                return  # (EOF: the closed stream ends there anyway)
+            reader._buffer += data
+
+    def _fail(self, exc: OSError) -> None:
+        """An error ended the connection: from now on the reader raises it,
+        and so does wait_closed(), as after asyncio's connection_lost(exc)."""
+        if self._lost is None:
+            self._lost = exc
+        reader = self._reader
+        if reader is not None and reader._exception is None:
+            reader.set_exception(exc)
+        self.abort()
 
     def abort(self) -> None:
         """Close at once: buffered writes are dropped, operations in flight cancelled."""
@@ -674,8 +717,14 @@ class _Channel:
         except OSError:
             pass  # the fd is gone either way; nobody is left to tell
         self._wake_drainers()
-        if not self._closed_future.done():
-            self._closed_future.set_result(None)
+        closed = self._closed_future
+        if not closed.done():
+            if self._lost is None:
+                closed.set_result(None)
+            else:
+                # wait_closed() raises it, as asyncio's does; nobody has to ask.
+                closed.set_exception(self._lost)
+                closed.exception()
 
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed_future)
@@ -697,6 +746,7 @@ class StreamReader(asyncio.StreamReader):
     _eof: bool
     _exception: BaseException | None
     _waiter: asyncio.Future[None] | None
+    _limit: int
     _loop: asyncio.AbstractEventLoop
 
     _channel: _Channel | None = None
@@ -1094,6 +1144,7 @@ async def open_connection(host: str | None = None, port: int | str | None = None
         try:
             conn.setblocking(False)
             if local_infos is not None:
+                tried = len(exceptions)
                 for lfam, _, _, _, laddr in local_infos:
                     if lfam != fam:
                         continue
@@ -1104,6 +1155,8 @@ async def open_connection(host: str | None = None, port: int | str | None = None
                         exceptions.append(OSError(exc.errno, f"error while attempting to bind on "
                                                   f"address {laddr!r}: {(exc.strerror or str(exc)).lower()}"))
                 else:
+                    if len(exceptions) == tried:
+                        exceptions.append(OSError(f"no matching local address with family={fam!r} found"))
                     conn.close()
                     continue
             await sock_connect(conn, address)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import socket
 import struct
 
@@ -351,8 +352,9 @@ async def test_a_closed_sendall_keeps_its_data_with_the_kernel(socks):
 # ---------------------------------------------------- passing, but important
 async def test_abort_with_a_send_in_flight_closes_once_the_kernel_let_go(socks, loop_errors):
     """abort() while a large send waits for a peer that does not read: the fd
-    stays open until the send's CQE, wait_closed() then returns, drain raises
-    ConnectionResetError, nothing reaches the exception handler."""
+    stays open until the send's CQE, wait_closed() then returns, the waiting
+    drain returns (as asyncio's, woken by connection_lost(None)), nothing
+    reaches the exception handler."""
     a, _b = _tcp_pair(socks)
     a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     _reader, writer = await aioring.open_connection(sock=a)
@@ -367,8 +369,9 @@ async def test_abort_with_a_send_in_flight_closes_once_the_kernel_let_go(socks, 
     assert writer.transport.get_write_buffer_size() == 0
     await asyncio.wait_for(writer.wait_closed(), 5)
     assert a.fileno() == -1
-    with pytest.raises(ConnectionResetError):
-        await drainer
+    assert await drainer is None
+    with pytest.raises(ConnectionResetError, match="Connection lost"):
+        await writer.drain()  # a drain after the connection was lost raises
     assert _ring.get_ring(asyncio.get_running_loop())._ops == {}
     assert loop_errors == []
 
@@ -407,3 +410,99 @@ async def test_writes_after_a_partial_send_keep_their_order(socks):
     got = await loop.run_in_executor(None, receive_all)
     await _close(writer)
     assert got == b"".join(expected)
+
+
+# ------------------------------------------------ a connection lost to an error
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_a_send_to_a_reset_peer_ends_the_reader_and_wait_closed_with_the_error(impl, socks):
+    """The peer resets; the next sends fail: from then on the reader raises
+    the error (not a clean EOF: what was lost must show), and so does
+    wait_closed(), as after asyncio's connection_lost(exc)."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await _streams(impl, a)
+    _reset(b)
+    with contextlib.suppress(ConnectionError):
+        for _ in range(50):
+            writer.write(b"x" * 1000)
+            await writer.drain()
+            await asyncio.sleep(0)
+            if writer.is_closing():
+                break
+    with pytest.raises(ConnectionResetError):
+        await asyncio.wait_for(reader.read(100), 5)
+    assert isinstance(reader.exception(), ConnectionResetError)
+    writer.close()
+    with pytest.raises(ConnectionResetError):
+        await asyncio.wait_for(writer.wait_closed(), 5)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_a_reset_seen_by_a_read_ends_wait_closed_with_the_error(impl, socks):
+    a, b = _tcp_pair(socks)
+    reader, writer = await _streams(impl, a)
+    _reset(b)
+    with pytest.raises(ConnectionResetError):
+        await asyncio.wait_for(reader.read(100), 5)
+    writer.close()
+    with pytest.raises(ConnectionResetError):
+        await asyncio.wait_for(writer.wait_closed(), 5)
+    assert a.fileno() == -1
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_bytes_that_arrived_before_close_stay_readable(impl, socks):
+    """asyncio's transport reads what arrives as it comes, so a reply that
+    arrived before close() is still read after it; then EOF."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await _streams(impl, a)
+    b.sendall(b"goodbye\n")
+    for _ in range(20):  # (one loop step lets asyncio's transport take them)
+        await asyncio.sleep(0)
+    writer.close()
+    await writer.wait_closed()
+    assert await asyncio.wait_for(reader.read(100), 5) == b"goodbye\n"
+    assert await asyncio.wait_for(reader.read(100), 5) == b""
+
+
+async def test_bytes_in_a_pipe_at_close_stay_readable():
+    r, w = os.pipe()
+    reader = await aioring.open_pipe_reader(r)
+    try:
+        os.write(w, b"left in the pipe")
+        reader.close()
+        await reader.wait_closed()
+        assert await reader.read() == b"left in the pipe"
+        assert reader.at_eof()
+    finally:
+        os.close(w)
+
+
+async def test_a_receive_of_nothing_returns_at_once(socks):
+    """sock_recv(sock, 0) and sock_recv_into of an empty buffer return at once,
+    as recv(0) and asyncio's loop do; they never wait for data."""
+    a, _b = _tcp_pair(socks)
+    a.setblocking(False)
+    for _ in range(3):  # (also after a receive that found nothing went to the ring)
+        assert await asyncio.wait_for(aioring.sock_recv(a, 0), 5) == a.recv(0) == b""
+        assert await asyncio.wait_for(aioring.sock_recv_into(a, bytearray()), 5) == 0
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(aioring.sock_recv(a, 10), 0.01)
+
+
+async def test_a_local_address_of_no_matching_family_is_named():
+    """asyncio's own loop's words (uvloop's bind fails with EINVAL instead)."""
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        with pytest.raises(OSError, match=r"^no matching local address with family=.*AF_INET.* found$"):
+            await aioring.open_connection("127.0.0.1", port, local_addr=("::1", 0))
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_a_unix_connect_error_is_the_plain_error(impl, tmp_path):
+    mod = aioring if impl == "aioring" else asyncio
+    with pytest.raises(FileNotFoundError) as info:
+        await mod.open_unix_connection(str(tmp_path / "missing.sock"))
+    assert str(info.value) == "[Errno 2] No such file or directory"
