@@ -311,6 +311,8 @@ class RingFileIO(io.FileIO):
 
     def _patch(self, off: int, data: bytes) -> None:
         """Keep the window equal to the file after a queued write of `data` at `off`."""
+        if self._wbuf and not self._fresh:
+            self._validate()  # a change made meanwhile by someone else: not patched into "current"
         buf = self._wbuf
         ws = self._wstart
         we = ws + len(buf)
@@ -356,6 +358,8 @@ class RingFileIO(io.FileIO):
             return size
         self._queue.append((_TRUNCATE, size))
         self._size = size
+        if self._wbuf and not self._fresh:
+            self._validate()
         ws = self._wstart
         we = ws + len(self._wbuf)
         if size <= ws:
@@ -443,17 +447,18 @@ class RingFileIO(io.FileIO):
                 self._waiters.remove(waiter)
             raise
 
-    async def enter(self) -> bool:
+    async def enter(self, drain: bool = True) -> bool:
         """Start a wrapper call: take the file (True if that meant waiting for
-        other calls), finish what an earlier cancelled call left queued, and
-        begin_call.  The caller must release() when done, also on error."""
+        other calls), finish what an earlier call left queued (unless not
+        `drain`), and begin_call.  The caller must release() when done, also
+        on error."""
         waited = self._busy
         if waited:
             await self.acquire()
         else:
             self._busy = True
         try:
-            if self._queue:
+            if drain and self._queue:
                 await self.drain()
             self.begin_call()
         except BaseException:
@@ -925,6 +930,8 @@ async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: 
     rawmode, binary, plus, flags = _MODE_PLANS.get(mode) or _mode_plan(mode)
     shared_offset = isinstance(file, int)
     if shared_offset:
+        if file < 0:
+            raise ValueError("negative file descriptor")  # as builtin open
         fd = file
         name: Any = file
     else:

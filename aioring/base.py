@@ -117,7 +117,9 @@ class AsyncBase:
             assert isinstance(name, str)
             return await self._executor_call(name, *args)
         if raw._busy or raw._queue:
-            if await raw.enter():
+            # (A close drains what is queued after it queued its own close: a
+            # write that keeps failing is then dropped and the fd still closed.)
+            if await raw.enter(drain=name not in _ENDING):
                 plan = self._replan(name, args)  # the calls before this one moved the position
         else:  # (enter's work, without a coroutine)
             raw._busy = True

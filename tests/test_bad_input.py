@@ -337,6 +337,8 @@ open_row("NUL in the path", lambda e: ("a\0b",))
 open_row("path of type float", lambda e: (1.5,))
 open_row("path of type None", lambda e: (None,))
 open_row("closed fd", lambda e: (e.closed, "rb"), kernel=True)
+open_row("negative fd", lambda e: (-1, "rb"))
+open_row("negative fd, text", lambda e: (-5,))
 for mode in ("rw", "z", "rr", "rt+b", "bt", "ab+x", "", 3):
     open_row(f"mode {mode!r}", lambda e, m=mode: (e.path, m))
 open_row("unknown encoding", lambda e: (e.path,), encoding="no-such-codec")

@@ -6,6 +6,7 @@ and huge requests, "\r" line ends.  Each docstring tells what could go wrong."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import os
 import resource
@@ -329,6 +330,39 @@ async def test_cancelled_reader_is_cancelled(disk_dir: str, buffering: int) -> N
         pytest.fail(f"the cancelled task returned {result!r} after {chunks[0]} of 256 chunks")
 
 
+async def test_a_write_does_not_vouch_for_a_window_another_writer_changed(disk_dir: str) -> None:
+    """The window read ahead by an earlier call, the file then changed by
+    another writer, then a write through this file: the write must not mark
+    the old window current (it is patched, not read again), or the reads
+    after it return bytes the file no longer holds."""
+    results = []
+    for side in ("stdlib", "aioring"):
+        path = Path(disk_dir, side)
+        path.write_bytes(b"a" * 200_000)
+        f: Any = open(path, "r+b") if side == "stdlib" else await aioring.open(path, "r+b")
+        if side == "stdlib":
+            f.read(10)
+        else:
+            await f.read(10)
+        fd = os.open(path, os.O_WRONLY)
+        os.pwrite(fd, b"NEW!", 50_000)
+        os.ftruncate(fd, 100_000)
+        os.close(fd)
+        if side == "stdlib":
+            f.write(b"x")
+            f.flush()
+            f.seek(49_998)
+            results.append((f.read(8), f.seek(0, os.SEEK_END)))
+            f.close()
+        else:
+            await f.write(b"x")
+            await f.flush()
+            await f.seek(49_998)
+            results.append((await f.read(8), await f.seek(0, os.SEEK_END)))
+            await f.close()
+    assert results[1] == results[0] == (b"aaNEW!aa", 100_000)
+
+
 # -- failed flush ------------------------------------------------------------------
 
 async def test_failed_flush_keeps_the_unwritten_data(disk_dir: str) -> None:
@@ -366,6 +400,46 @@ async def test_failed_flush_keeps_the_unwritten_data(disk_dir: str) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, limits)
         signal.signal(signal.SIGXFSZ, old_handler)
     assert results == {"stdlib": 100, "aioring": 100}
+
+
+@pytest.mark.parametrize("closing", ["close", "async with"])
+async def test_a_write_that_keeps_failing_still_lets_the_file_close(disk_dir: str, closing: str) -> None:
+    """A write that fails again at every try (EFBIG here, a full disk in real
+    life): close() and leaving `async with` raise its error, as builtin open's
+    close does, and close the file and its fd all the same."""
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    path = Path(disk_dir, "f")
+    fds = _fds()
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100, limits[1]))
+        with open(path, "wb") as g:
+            g.write(b"x" * 150)
+            with pytest.raises(OSError) as stdlib:
+                g.flush()
+            with pytest.raises(OSError):
+                g.__exit__(None, None, None)
+        assert g.closed
+        if closing == "close":
+            f = await aioring.open(path, "wb")
+            await f.write(b"x" * 150)
+            with pytest.raises(OSError) as ours:
+                await f.flush()
+            with pytest.raises(OSError):
+                await f.close()
+        else:
+            with pytest.raises(OSError) as ours:
+                async with aioring.open(path, "wb") as f:
+                    await f.write(b"x" * 150)
+                    with pytest.raises(OSError):
+                        await f.flush()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert ours.value.errno == stdlib.value.errno == errno.EFBIG
+    assert f.closed
+    assert _fds() == fds
+    assert path.stat().st_size == 100
 
 
 # -- argument checking in RingFileIO ---------------------------------------------
