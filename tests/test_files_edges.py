@@ -363,6 +363,50 @@ async def test_a_write_does_not_vouch_for_a_window_another_writer_changed(disk_d
     assert results[1] == results[0] == (b"aaNEW!aa", 100_000)
 
 
+@pytest.mark.parametrize("yields_at", range(1, 4))
+async def test_a_large_read_cancelled_midway_consumes_nothing(disk_dir: str, yields_at: int) -> None:
+    """read(n) of a BufferedReader with nothing buffered reads its whole
+    blocks straight from the ring, then the rest through the buffer.  A
+    cancellation that comes before the rest must not leave the whole blocks
+    consumed: nobody got them.  (The task lets the loop run at its
+    `yields_at`-th step, where the test cancels it.)"""
+    content = _pattern(300_000)
+    path = Path(disk_dir, "f")
+    path.write_bytes(content)
+    f = await aioring.open(path, "rb", buffering=4096)
+    _ops._unyielded[0] = _ops.YIELD_EVERY - yields_at
+    task = asyncio.ensure_future(f.read(299_000 + 100))
+    await asyncio.sleep(0)
+    task.cancel()
+    try:
+        data = await task
+    except asyncio.CancelledError:
+        assert await f.tell() == 0
+        assert await f.read() == content
+    else:
+        assert data == content[:299_100]
+        assert await f.tell() == 299_100
+    await f.close()
+
+
+async def test_a_large_readinto_reads_as_buffered_readinto(disk_dir: str) -> None:
+    """BufferedReader.readinto of more than the buffer holds reads it all
+    from the raw file, leaving the buffer empty: what peek() and read1()
+    return next shows it."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(_pattern(300_000))
+    results = []
+    for side in ("stdlib", "aioring"):
+        if side == "stdlib":
+            with open(path, "rb", buffering=4096) as g:
+                results.append((g.readinto(bytearray(70_000)), len(g.peek()), len(g.read1(-1)), g.tell()))
+        else:
+            async with aioring.open(path, "rb", buffering=4096) as f:
+                results.append((await f.readinto(bytearray(70_000)), len(await f.peek()),
+                                len(await f.read1(-1)), await f.tell()))
+    assert results[1] == results[0]
+
+
 # -- failed flush ------------------------------------------------------------------
 
 async def test_failed_flush_keeps_the_unwritten_data(disk_dir: str) -> None:

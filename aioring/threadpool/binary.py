@@ -195,31 +195,36 @@ class AsyncBufferedIOBase(_BinaryBase):
             whole = n - n % raw.bufsize
             if file.tell() != raw._pos or raw._size - raw._pos < n:
                 return await self._run(raw, "read", self._plan(self._read_plan, n), (n,))
+            start = raw._pos
             data = await read_direct(raw, whole)
             _moved(raw, file, len(data))
             if len(data) < whole or whole == n:
                 return data
             raw.begin_call()
             rest = n - whole
-            return data + await self._run(raw, "read", self._plan(self._read_plan, rest), (rest,))
+            try:
+                return data + await self._run(raw, "read", self._plan(self._read_plan, rest), (rest,))
+            except asyncio.CancelledError:
+                # Cancelled before the rest: what was read reaches nobody, so
+                # none of it is consumed (the file's position goes back).
+                raw.begin_call()
+                _moved(raw, file, start - raw._pos)
+                raise
         finally:
             raw.release()
 
     async def _readinto_direct(self, raw: RingFileIO, out: memoryview) -> int:
+        """A readinto larger than the buffer with nothing buffered: all of it
+        straight from the raw file, as BufferedReader.readinto reads it."""
         file = self._file
-        whole = len(out) - len(out) % raw.bufsize
         raw._busy = True
         try:
             raw.begin_call()
-            if file.tell() != raw._pos or raw._size - raw._pos < len(out):
+            if file.tell() != raw._pos or raw._size - raw._pos < len(out) or len(out) <= raw.bufsize:
                 return await self._run(raw, "readinto", self._plan(self._read_plan, len(out)), (out,))
-            n = await readinto_direct(raw, out if whole == len(out) else out[:whole])
+            n = await readinto_direct(raw, out)
             _moved(raw, file, n)
-            if n < whole or whole == len(out):
-                return n
-            raw.begin_call()
-            rest = out[whole:]
-            return n + await self._run(raw, "readinto", self._plan(self._read_plan, len(rest)), (rest,))
+            return n
         finally:
             raw.release()
 
