@@ -144,6 +144,8 @@ def check_size(size: Any) -> int:
     size = operator.index(size)
     if size < 0:
         raise _einval()
+    if size >= 1 << 63:  # (an off_t, as os converts it)
+        raise OverflowError("Python int too large to convert to C long")
     return size
 
 
@@ -382,12 +384,17 @@ async def write(fd: int, data: Any, offset: int = -1) -> int:
     return await result(ring, op)
 
 
-async def fsync(fd: int, *, datasync: bool = False) -> None:
+async def fsync(fd: Any, *, datasync: bool = False) -> None:
     """Flush `fd`'s data (and, unless datasync, its metadata) to storage.
 
-    Like os.fsync / os.fdatasync; raises the OSError the kernel reports.
+    Like os.fsync / os.fdatasync: `fd` is an fd or has a fileno() method;
+    raises the OSError the kernel reports.
     """
+    if not isinstance(fd, int) and hasattr(fd, "fileno"):
+        fd = fd.fileno()
     fd = check_fd(fd)
+    if fd < 0:
+        raise ValueError(f"file descriptor cannot be a negative integer ({fd})")
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
     flags = _DATASYNC if datasync else 0

@@ -80,8 +80,18 @@ async def _on_ring(loop: asyncio.AbstractEventLoop, ring: Ring, prep: Any, args:
         return await result(ring, op)
     except OSError as exc:
         if exc.filename is None and filename is not None and exc.errno is not None:
-            raise os_error(-exc.errno, filename, filename2) from None
+            raise os_error(-exc.errno, _named(filename), _named(filename2)) from None
         raise
+
+
+def _named(path: Any) -> Any:
+    """A path as os names it in an error: a PathLike as its str or bytes."""
+    if path is None or type(path) is str or type(path) is bytes or isinstance(path, int):
+        return path
+    try:
+        return os.fspath(path)
+    except TypeError:
+        return path
 
 
 def _finish_none(op: Op, res: int) -> None:
@@ -111,7 +121,7 @@ def _opened_now(dfd: int, encoded: bytes, flags: int, path: Any) -> int:
     if fd >= 0:
         return fd
     if -fd in _WALK_ERRORS:
-        raise os_error(fd, path)
+        raise os_error(fd, _named(path))
     if fd == -errno.ENOSYS:
         _open_now[0] = False
     return -1  # EAGAIN (the disk), or what the ring's OPENAT should say
@@ -126,7 +136,7 @@ async def open(path: Path, flags: int, mode: int = 0o777, *, dir_fd: int | None 
     the ring's OPENAT inside the submit call; the others go to the ring."""
     encoded = _encode(path, "open")
     flags = check_int(flags, "flags") | os.O_CLOEXEC
-    return await open_encoded(path, encoded, flags, check_int(mode, "mode"), dir_fd)
+    return await open_encoded(path, encoded, flags, check_int(mode, "mode") & 0xFFFFFFFF, dir_fd)
 
 
 async def open_encoded(path: Path, encoded: bytes, flags: int, mode: int, dir_fd: int | None = None) -> int:
@@ -210,6 +220,8 @@ async def _stat(path: Path | int, dir_fd: int | None, follow_symlinks: bool,
         fd = _path_fd(path)
         if dir_fd is not None:
             raise ValueError(f"{func}: can't specify dir_fd without matching path")
+        if not follow_symlinks and fd > 0:  # (os checks fd > 0 only)
+            raise ValueError(f"{func}: cannot use fd and follow_symlinks together")
         encoded, dfd, flags = b"", fd, lib.AT_EMPTY_PATH
     else:
         encoded, dfd = _encode(path, func, fd_too=func == "stat"), _dir_fd(dir_fd)
@@ -257,6 +269,11 @@ async def unlink(path: Path, *, dir_fd: int | None = None) -> None:
     await _unlinkat("unlink", path, dir_fd, 0)
 
 
+async def remove(path: Path, *, dir_fd: int | None = None) -> None:
+    """os.remove through IORING_OP_UNLINKAT (unlink, with its own name in errors)."""
+    await _unlinkat("remove", path, dir_fd, 0)
+
+
 async def rmdir(path: Path, *, dir_fd: int | None = None) -> None:
     """os.rmdir through IORING_OP_UNLINKAT with AT_REMOVEDIR."""
     await _unlinkat("rmdir", path, dir_fd, lib.AT_REMOVEDIR)
@@ -286,7 +303,8 @@ async def replace(src: Path, dst: Path, *, src_dir_fd: int | None = None,
 
 async def mkdir(path: Path, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
     """os.mkdir through IORING_OP_MKDIRAT."""
-    args = (_dir_fd(dir_fd), _encode(path, "mkdir"), check_int(mode, "mode"))
+    mode_t = check_int(mode, "mode") & 0xFFFFFFFF  # (a C int, as os passes it: -1 too)
+    args = (_dir_fd(dir_fd), _encode(path, "mkdir"), mode_t)
     fallback = functools.partial(os.mkdir, path, mode, dir_fd=dir_fd)
     await _call(lib.IORING_OP_MKDIRAT, fallback, lib.aior_prep_mkdirat, args, finish=_finish_none,
                 filename=path)
@@ -295,7 +313,11 @@ async def mkdir(path: Path, mode: int = 0o777, *, dir_fd: int | None = None) -> 
 async def link(src: Path, dst: Path, *, src_dir_fd: int | None = None,
                dst_dir_fd: int | None = None, follow_symlinks: bool = True) -> None:
     """os.link through IORING_OP_LINKAT."""
-    flags = 0x400 if follow_symlinks else 0  # AT_SYMLINK_FOLLOW, as os.link passes it
+    # AT_SYMLINK_FOLLOW as os.link passes it: before 3.14 it calls link(2),
+    # which never follows, unless a dir_fd is given.
+    follows = follow_symlinks and (sys.version_info >= (3, 14) or src_dir_fd is not None
+                                   or dst_dir_fd is not None)
+    flags = 0x400 if follows else 0
     args = (_dir_fd(src_dir_fd), _encode(src, "link", "src"), _dir_fd(dst_dir_fd),
             _encode(dst, "link", "dst"), flags)
     fallback = functools.partial(os.link, src, dst, src_dir_fd=src_dir_fd,

@@ -41,7 +41,7 @@ stat = _on_ring(_os.stat, _pathops.stat)
 lstat = _on_ring(_os.lstat, _pathops.lstat)
 rename = _on_ring(_os.rename, _pathops.rename)
 replace = _on_ring(_os.replace, _pathops.replace)
-remove = _on_ring(_os.remove, _pathops.unlink)
+remove = _on_ring(_os.remove, _pathops.remove)
 unlink = _on_ring(_os.unlink, _pathops.unlink)
 mkdir = _on_ring(_os.mkdir, _pathops.mkdir)
 rmdir = _on_ring(_os.rmdir, _pathops.rmdir)
@@ -50,7 +50,7 @@ symlink = _on_ring(_os.symlink, _pathops.symlink)
 ftruncate = _on_ring(_os.ftruncate, _pathops.ftruncate)
 
 
-async def fsync(fd: int, *, loop: asyncio.AbstractEventLoop | None = None,
+async def fsync(fd: Any, *, loop: asyncio.AbstractEventLoop | None = None,
                 executor: Any = None) -> None:
     """os.fsync through IORING_OP_FSYNC."""
     await _ops.fsync(fd)

@@ -200,3 +200,77 @@ async def test_stat_based_path_functions_need_no_executor(disk_dir):
     assert await aioring.ospath.isdir(disk_dir) and not await aioring.ospath.islink(f)
     assert await aioring.ospath.getsize(f) == 3
     assert await aioring.ospath.samefile(f, f)
+
+
+# ------------------------------------------------------------ as os does it
+def _outcome(call):
+    """("ok", result) or (exception type, errno, filename, filename2, str)."""
+    try:
+        return ("ok", call())
+    except OSError as exc:
+        return (type(exc), exc.errno, exc.filename, exc.filename2, str(exc))
+    except Exception as exc:
+        return (type(exc), str(exc))
+
+
+async def _aoutcome(coro):
+    try:
+        return ("ok", await coro)
+    except OSError as exc:
+        return (type(exc), exc.errno, exc.filename, exc.filename2, str(exc))
+    except Exception as exc:
+        return (type(exc), str(exc))
+
+
+async def test_link_of_a_symlink_links_the_symlink_as_os_link_does(disk_dir, monkeypatch):
+    """os.link (before Python 3.14) calls link(2), which never follows a
+    symlink: the new name is a hard link to the symlink itself, and a
+    dangling symlink links too."""
+    monkeypatch.chdir(disk_dir)
+    open("target", "w").close()
+    os.symlink("target", "sym")
+    os.symlink("missing", "dangling")
+    for name in ("sym", "dangling"):
+        os.link(name, "os_" + name)
+        await aioring.os.link(name, "ring_" + name)
+        assert os.path.islink("ring_" + name) == os.path.islink("os_" + name)
+        assert os.lstat("ring_" + name).st_ino == os.lstat("os_" + name).st_ino
+    fd = os.open(".", os.O_RDONLY)
+    try:  # with a dir_fd os calls linkat, following the symlink as asked
+        os.link("sym", "os_at", src_dir_fd=fd)
+        await aioring.os.link("sym", "ring_at", src_dir_fd=fd)
+        assert os.lstat("ring_at").st_ino == os.lstat("os_at").st_ino == os.stat("target").st_ino
+    finally:
+        os.close(fd)
+
+
+async def test_errors_name_a_pathlike_as_os_names_it(disk_dir):
+    from pathlib import Path
+    missing, other = Path(disk_dir, "missing"), Path(disk_dir, "other")
+    cases = [
+        ("stat", (missing,)), ("lstat", (missing,)), ("unlink", (missing,)), ("remove", (missing,)),
+        ("rmdir", (missing,)), ("mkdir", (Path(disk_dir, "no", "such"),)), ("rename", (missing, other)),
+        ("replace", (missing, other)), ("link", (missing, other)),
+    ]
+    for name, args in cases:
+        expected = _outcome(lambda name=name, args=args: getattr(os, name)(*args))
+        assert await _aoutcome(getattr(aioring.os, name)(*args)) == expected, name
+        assert type(expected[2]) is str
+
+
+async def test_odd_arguments_as_os_takes_them(disk_dir, monkeypatch):
+    monkeypatch.chdir(disk_dir)
+    assert await _aoutcome(aioring.os.mkdir("ring", -1)) == _outcome(lambda: os.mkdir("os", -1))
+    assert os.stat("ring").st_mode == os.stat("os").st_mode
+    fd = os.open(".", os.O_RDONLY)
+    try:
+        assert await _aoutcome(aioring.os.stat(fd, follow_symlinks=False)) == \
+            _outcome(lambda: os.stat(fd, follow_symlinks=False))
+        with open("f", "wb") as f:
+            assert await aioring.os.fsync(f) is None  # a file object, as os.fsync takes it
+            assert await _aoutcome(aioring.os.ftruncate(f.fileno(), 2**63)) == \
+                _outcome(lambda: os.ftruncate(f.fileno(), 2**63))
+        assert await _aoutcome(aioring.os.fsync(-1)) == _outcome(lambda: os.fsync(-1))
+        assert await _aoutcome(aioring.os.remove(b"f\0")) == _outcome(lambda: os.remove(b"f\0"))
+    finally:
+        os.close(fd)
