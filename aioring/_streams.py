@@ -1274,7 +1274,14 @@ class Server:
                         "socket": listener})
                     await asyncio.sleep(1)
                     continue
-                raise
+                if self._closed or listener.fileno() == -1:
+                    raise
+                # Any other error of one accept (EPROTO, EPERM from a firewall
+                # hook): asyncio's loop logs it and goes on listening.
+                self._loop.call_exception_handler({
+                    "message": "Error accepting a connection", "exception": exc, "socket": listener})
+                await asyncio.sleep(0)
+                continue
             self._connected(conn)
 
     def _connected(self, conn: socket.socket) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import os
 import socket
@@ -506,3 +507,33 @@ async def test_a_unix_connect_error_is_the_plain_error(impl, tmp_path):
     with pytest.raises(FileNotFoundError) as info:
         await mod.open_unix_connection(str(tmp_path / "missing.sock"))
     assert str(info.value) == "[Errno 2] No such file or directory"
+
+
+async def test_a_failed_accept_is_reported_and_the_server_goes_on(monkeypatch, loop_errors):
+    """One accept that fails with an error of its own (EPROTO here): asyncio's
+    loop reports it to the exception handler and keeps listening."""
+    from aioring import _streams
+    real = _streams.sock_accept
+    failures = [OSError(errno.EPROTO, os.strerror(errno.EPROTO))]
+
+    async def accept(listener):
+        if failures:
+            raise failures.pop()
+        return await real(listener)
+    monkeypatch.setattr(_streams, "sock_accept", accept)
+    served = asyncio.get_running_loop().create_future()
+
+    def handler(reader, writer):
+        writer.close()
+        if not served.done():
+            served.set_result(None)
+    server = await aioring.start_server(handler, "127.0.0.1", 0)
+    try:
+        _reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname())
+        await asyncio.wait_for(served, 5)
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert [e["exception"].errno for e in loop_errors] == [errno.EPROTO]
+    loop_errors.clear()
