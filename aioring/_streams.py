@@ -353,10 +353,14 @@ class _Channel:
 
     # ---------------------------------------------------------------- write
     def write(self, data: Any) -> None:
+        if self._eof_wanted or self._write_exc is not None or self._closing:
+            if type(data) is not bytes:
+                self._frozen(data, copy=False)  # (the type's TypeError first, as asyncio's)
+            self._refuse()
+            return
         if type(data) is not bytes:
             data = self._frozen(data)
-        if self._eof_wanted or self._write_exc is not None or self._closing or not data:
-            self._refuse()
+        if not data:
             return
         self._pending.append(data)
         self._pending_size += len(data)
@@ -366,7 +370,7 @@ class _Channel:
             self._send_soon = True
             self._ring.defer(self._send_now)
 
-    def _frozen(self, data: Any) -> Any:
+    def _frozen(self, data: Any, copy: bool = True) -> Any:
         """What write() sends of a buffer that is not bytes: a copy, since the
         caller may change its buffer once write() returns."""
         try:
@@ -374,6 +378,8 @@ class _Channel:
         except TypeError:
             raise TypeError("data argument must be a bytes-like object, "
                             f"not {type(data).__name__!r}") from None
+        if not copy:
+            return None
         return self._copy(view) if view.nbytes >= _POOL_MIN else bytes(view)
 
     def _refuse(self) -> None:

@@ -537,3 +537,16 @@ async def test_a_failed_accept_is_reported_and_the_server_goes_on(monkeypatch, l
         await server.wait_closed()
     assert [e["exception"].errno for e in loop_errors] == [errno.EPROTO]
     loop_errors.clear()
+
+
+async def test_a_refused_write_keeps_no_copy(socks):
+    """write() after close() drops the data (as asyncio's transport does),
+    without copying it first; a wrong type still raises TypeError."""
+    a, _b = _tcp_pair(socks)
+    _reader, writer = await aioring.open_connection(sock=a)
+    writer.close()
+    writer.write(bytearray(4 << 20))
+    assert not writer.transport._pooled and writer.transport.get_write_buffer_size() == 0
+    with pytest.raises(TypeError):
+        writer.write("text")
+    await writer.wait_closed()
