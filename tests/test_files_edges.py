@@ -716,3 +716,30 @@ async def test_iterating_a_file_lets_other_tasks_run(disk_dir: str, mode: str) -
     await other
     assert count == 20_000
     assert ticks[0] >= count // _file.YIELD_EVERY // 2
+
+
+async def test_an_unbuffered_append_lands_after_another_writers_append(disk_dir: str, monkeypatch) -> None:
+    """FileIO in append mode: the kernel writes at the end of file as it is
+    then; another writer that appended meanwhile moves where that is.  The
+    position after the write (and the read-ahead window) must follow the
+    kernel, not a size fetched before."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(b"start")
+    other = os.open(path, os.O_WRONLY | os.O_APPEND)
+    real = _ops.write
+
+    async def write_after_another(fd: int, data: Any, offset: int = -1) -> int:
+        os.write(other, b"OTHER")
+        return await real(fd, data, offset)
+    try:
+        f = await aioring.open(path, "ab+", buffering=0)
+        from aioring.threadpool import binary
+        monkeypatch.setattr(binary, "_ring_write", write_after_another)
+        assert await f.write(b"mine") == 4
+        monkeypatch.undo()
+        assert await f.tell() == len(b"startOTHERmine") == os.path.getsize(path)
+        await f.seek(0)
+        assert await f.read() == b"startOTHERmine"
+        await f.close()
+    finally:
+        os.close(other)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import io
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
@@ -307,9 +308,10 @@ async def _write_at_position(raw: RingFileIO, data: memoryview) -> int:
     if not data:
         return 0  # as write(2) of nothing: the position stays, even in append mode
     if raw._append:
-        raw.refresh_size()
         n = int(await _ring_write(raw._fd, data, -1))
-        off = raw._size
+        # Where it went: the fd's position is past it (another writer may
+        # have appended since any size this file knew).
+        off = os.lseek(raw._fd, 0, os.SEEK_CUR) - n
     else:
         off = raw._pos
         n = int(await _ring_write(raw._fd, data, off))
