@@ -48,6 +48,8 @@ def _encode(path: Any, func: str, name: str = "path", fd_too: bool = False) -> b
         try:
             raw = os.fspath(path)
         except TypeError:
+            if hasattr(type(path), "__fspath__"):
+                raise  # its __fspath__'s own error, as os passes it on
             kinds = "string, bytes, os.PathLike or integer" if fd_too else "string, bytes or os.PathLike"
             raise TypeError(f"{func}: {name} should be {kinds}, not {type(path).__name__}") from None
         encoded = os.fsencode(raw)

@@ -274,3 +274,21 @@ async def test_odd_arguments_as_os_takes_them(disk_dir, monkeypatch):
         assert await _aoutcome(aioring.os.remove(b"f\0")) == _outcome(lambda: os.remove(b"f\0"))
     finally:
         os.close(fd)
+
+
+class _ReturnsInt:
+    def __fspath__(self):
+        return 3
+
+
+class _Raises:
+    def __fspath__(self):
+        raise TypeError("its own words")
+
+
+@pytest.mark.parametrize("path", [_ReturnsInt(), _Raises()], ids=["returns-int", "raises"])
+async def test_a_bad_fspath_errs_as_with_os(path):
+    for name in ("stat", "unlink", "mkdir"):
+        expected = _outcome(lambda name=name: getattr(os, name)(path))
+        assert await _aoutcome(getattr(aioring.os, name)(path)) == expected
+    assert await _aoutcome(aioring.open(path)) == _outcome(lambda: open(path))
