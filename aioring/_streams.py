@@ -134,6 +134,11 @@ class _Channel:
         # each time (up to 64) while tries keep finding nothing.
         self._pull_skip = 0
         self._pull_backoff = 1
+        # pause_reading(): nothing is received until resume_reading() (the
+        # reader's reads wait), as with asyncio's transport.
+        self._paused = False
+        self._paused_skip = 0  # _pull_skip, kept while paused
+        self._resumed: asyncio.Future[None] | None = None  # a receive waiting for resume_reading()
         # Write side.
         self._pending: collections.deque[Any] = collections.deque()
         self._pending_size = 0
@@ -171,6 +176,29 @@ class _Channel:
 
     def get_write_buffer_size(self) -> int:
         return self._pending_size
+
+    def is_reading(self) -> bool:
+        return self._readable and not self._paused and not self._closing
+
+    def pause_reading(self) -> None:
+        if self._closing or self._paused or not self._readable:
+            return
+        self._paused = True
+        self._paused_skip, self._pull_skip = self._pull_skip, 1 << 63  # (no direct reads either)
+
+    def resume_reading(self) -> None:
+        if self._closing or not self._paused:
+            return
+        self._paused = False
+        self._pull_skip = self._paused_skip
+        resumed = self._resumed
+        if resumed is not None and not resumed.done():
+            resumed.set_result(None)
+        reader = self._reader
+        if reader is not None and not self._armed:
+            waiter = reader._waiter
+            if waiter is not None and not waiter.done():  # (the reader waits for data)
+                self._arm()
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         return self._low, self._high
@@ -245,11 +273,13 @@ class _Channel:
         """Start a receive into the reader's buffer; its CQE feeds the reader
         (data, EOF or the error) and wakes its waiter, maybe before this returns."""
         op = self._recv_op
-        if op is None or self._closing:
+        if op is None or self._closing or self._paused:
             if self._closing:
                 assert self._reader is not None
                 self._reader.feed_eof()  # closed under the reader: end of stream
                 return
+            if self._paused:
+                return  # resume_reading() arms it
             chunk = self._chunk
             if chunk is None:
                 chunk = self._new_chunk()
@@ -298,6 +328,14 @@ class _Channel:
         receive that fails (a reset peer) closes the channel, as asyncio's
         transport closes on a read error.  It owns `keep` from the call on
         (see Ring.start)."""
+        while self._paused and not self._closing:
+            resumed = self._resumed = self._loop.create_future()
+            try:
+                await resumed
+            except BaseException:
+                if type(keep) is not tuple:
+                    ffi.release(keep)
+                raise
         if self._closing:
             if type(keep) is not tuple:
                 ffi.release(keep)
@@ -652,6 +690,8 @@ class _Channel:
         """Let buffered writes go out, cancel a receive in flight, then close the fd."""
         if self._closing:
             return
+        if self._paused:
+            self.resume_reading()  # (a waiting read then ends at EOF, below or as _arm sees closing)
         self._take_arrived()
         self._closing = True
         op = self._read_op

@@ -550,3 +550,44 @@ async def test_a_refused_write_keeps_no_copy(socks):
     with pytest.raises(TypeError):
         writer.write("text")
     await writer.wait_closed()
+
+
+async def _steps(n: int) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_pause_reading_holds_reads_until_resume_reading(impl, socks):
+    """transport.pause_reading(): reads wait (what was read before is still
+    there), resume_reading() lets them go on; is_reading() says which."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await _streams(impl, a)
+    transport = writer.transport
+    assert transport.is_reading()
+    transport.pause_reading()
+    transport.pause_reading()  # (twice: nothing more)
+    assert not transport.is_reading()
+    b.sendall(b"held")
+    for reading in (reader.read(100), reader.readexactly(4)):
+        task = asyncio.ensure_future(reading)
+        await _steps(20)  # (the bytes are there: a reading transport takes them in a step or two)
+        assert not task.done()
+        transport.resume_reading()
+        assert transport.is_reading()
+        assert await asyncio.wait_for(task, 5) == b"held"
+        transport.pause_reading()
+        b.sendall(b"held")
+    transport.resume_reading()
+    buf = bytearray(70_000)  # a read straight into the caller's buffer waits too
+    transport.pause_reading()
+    task = asyncio.ensure_future(reader.readinto(buf) if impl == "aioring" else reader.read(70_000))
+    await _steps(20)
+    assert not task.done()
+    transport.resume_reading()
+    got = await asyncio.wait_for(task, 5)
+    assert (bytes(buf[:got]) if impl == "aioring" else got) == b"held"
+    transport.pause_reading()
+    writer.close()  # closing while paused: a waiting read ends
+    assert await asyncio.wait_for(reader.read(100), 5) == b""
+    assert not transport.is_reading()
