@@ -690,10 +690,20 @@ class _Channel:
         """Let buffered writes go out, cancel a receive in flight, then close the fd."""
         if self._closing:
             return
-        if self._paused:
-            self.resume_reading()  # (a waiting read then ends at EOF, below or as _arm sees closing)
-        self._take_arrived()
+        if not (self._aborted or self._closed or self._paused):
+            self._take_arrived()
         self._closing = True
+        if self._paused:
+            # Closed while paused: nothing more is received (as asyncio's
+            # paused transport); a waiting read ends at EOF.
+            self._paused = False
+            self._pull_skip = self._paused_skip
+            resumed = self._resumed
+            if resumed is not None and not resumed.done():
+                resumed.set_result(None)  # (the receive then sees the channel closing)
+            reader = self._reader
+            if reader is not None and not self._armed and reader._waiter is not None:
+                reader.feed_eof()
         op = self._read_op
         if op is not None:
             self._ring.cancel(op)
@@ -714,7 +724,8 @@ class _Channel:
                 or reader._exception is not None or self._pull_skip >= 1 << 62):
             return
         view = self._chunk_view
-        while len(reader._buffer) <= 2 * reader._limit:
+        budget = min(2 * reader._limit, 64 * _CHUNK)  # (bounded: a huge limit, a peer that keeps sending)
+        while len(reader._buffer) <= budget:
             try:
                 if view is not None:
                     if self._is_socket:
@@ -723,7 +734,7 @@ class _Channel:
                         n = os.preadv(self._fd, [view], -1, _RWF_NOWAIT)
                     data: Any = view[:n]
                 elif self._is_socket:  # (no chunk yet: most often nothing is there)
-                    data = self._owner.recv(reader._limit, _DONTWAIT)
+                    data = self._owner.recv(min(reader._limit, _CHUNK), _DONTWAIT)
                 else:
                     view = memoryview(ffi.buffer(self._new_chunk()))
                     continue
@@ -1307,6 +1318,7 @@ class Server:
             self._accepters.append(self._loop.create_task(self._accept(sock)))
 
     async def _accept(self, listener: socket.socket) -> None:
+        failed = 0  # accepts that failed in a row (see below)
         while True:
             try:
                 conn, _ = await sock_accept(listener)
@@ -1326,8 +1338,11 @@ class Server:
                 # hook): asyncio's loop logs it and goes on listening.
                 self._loop.call_exception_handler({
                     "message": "Error accepting a connection", "exception": exc, "socket": listener})
-                await asyncio.sleep(0)
+                # (An error that comes back at every try would spin: wait longer each time, up to 1 s.)
+                await asyncio.sleep(min(1.0, 0.001 * (1 << min(failed, 10))) if failed else 0)
+                failed += 1
                 continue
+            failed = 0
             self._connected(conn)
 
     def _connected(self, conn: socket.socket) -> None:

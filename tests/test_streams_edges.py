@@ -591,3 +591,55 @@ async def test_pause_reading_holds_reads_until_resume_reading(impl, socks):
     writer.close()  # closing while paused: a waiting read ends
     assert await asyncio.wait_for(reader.read(100), 5) == b""
     assert not transport.is_reading()
+
+
+async def test_abort_after_close_never_touches_a_reused_fd():
+    """close() of an idle pipe reader closes its fd at once; the number may
+    then go to another pipe at once.  A later abort() does nothing, as
+    asyncio's: it must not read (or close) whatever now has that number."""
+    r, w = os.pipe()
+    reader = await aioring.open_pipe_reader(r)
+    reader.close()
+    await reader.wait_closed()
+    r2, w2 = os.pipe()
+    try:
+        os.write(w2, b"someone else's")
+        reader._channel.abort()
+        os.set_blocking(r2, False)
+        assert os.read(r2, 100) == b"someone else's"
+    finally:
+        for fd in (w, r2, w2):
+            os.close(fd)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_close_with_a_huge_limit_closes(impl, socks):
+    a, b = _tcp_pair(socks)
+    mod = aioring if impl == "aioring" else asyncio
+    reader, writer = await mod.open_connection(sock=a, limit=2**40)
+    b.sendall(b"hi")
+    await _steps(20)
+    writer.close()
+    await asyncio.wait_for(writer.wait_closed(), 5)
+    assert await asyncio.wait_for(reader.read(100), 5) == b"hi"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("reading", ["read", "readexactly"])
+async def test_close_while_paused_ends_a_waiting_read_at_eof(impl, reading, socks):
+    """A paused transport receives nothing more: closing it ends the read
+    that waits at EOF, even if bytes arrived meanwhile."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await _streams(impl, a)
+    writer.transport.pause_reading()
+    task = asyncio.ensure_future(reader.read(10) if reading == "read" else reader.readexactly(6))
+    await _steps(5)
+    b.sendall(b"abc")
+    await _steps(20)
+    writer.close()
+    if reading == "read":
+        assert await asyncio.wait_for(task, 5) == b""
+    else:
+        with pytest.raises(asyncio.IncompleteReadError):
+            await asyncio.wait_for(task, 5)
+    await asyncio.wait_for(writer.wait_closed(), 5)
