@@ -189,16 +189,20 @@ class _Channel:
     def resume_reading(self) -> None:
         if self._closing or not self._paused:
             return
-        self._paused = False
-        self._pull_skip = self._paused_skip
-        resumed = self._resumed
-        if resumed is not None and not resumed.done():
-            resumed.set_result(None)
+        self._unpause()
         reader = self._reader
         if reader is not None and not self._armed:
             waiter = reader._waiter
             if waiter is not None and not waiter.done():  # (the reader waits for data)
                 self._arm()
+
+    def _unpause(self) -> None:
+        """Paused no more; a receive that waits for it goes on."""
+        self._paused = False
+        self._pull_skip = self._paused_skip
+        resumed = self._resumed
+        if resumed is not None and not resumed.done():
+            resumed.set_result(None)
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         return self._low, self._high
@@ -696,11 +700,7 @@ class _Channel:
         if self._paused:
             # Closed while paused: nothing more is received (as asyncio's
             # paused transport); a waiting read ends at EOF.
-            self._paused = False
-            self._pull_skip = self._paused_skip
-            resumed = self._resumed
-            if resumed is not None and not resumed.done():
-                resumed.set_result(None)  # (the receive then sees the channel closing)
+            self._unpause()  # (a receive that waits then sees the channel closing)
             reader = self._reader
             if reader is not None and not self._armed and reader._waiter is not None:
                 reader.feed_eof()
