@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from aioring import _ring
+from aioring import _ops, _ring
 
 LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.SelectorEventLoop,
@@ -47,6 +47,15 @@ def aioring_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         return _ring.chosen_backend()
     monkeypatch.setattr(_ring, "_backend", name)
     return name
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pace() -> None:
+    """Each test starts with aioring's yield counter at zero: whether a call
+    lets the loop run first (once every YIELD_EVERY calls) then depends on the
+    test alone, not on how many calls the tests before it made.  (Tests that
+    want the yield set the counter themselves.)"""
+    _ops._unyielded[0] = 0
 
 
 # Every call of any test loop's exception handler lands here.
