@@ -704,7 +704,7 @@ async def read_direct(raw: RingFileIO, n: int) -> bytes:
     one it returns: nothing else can see it before it is returned, and no
     copy follows the kernel's (bytes of length 0 and 1 are shared objects,
     hence the bytearray for small reads)."""
-    out: bytes | bytearray = bytes(n) if n >= 4096 else bytearray(n)
+    out: bytes | bytearray = _ops.new_bytes(n) if n >= 4096 else bytearray(n)
     got = await _read_into(raw._fd, out, 0, n, raw._pos)
     return bytes(out if got == n else out[:got])
 
@@ -714,7 +714,7 @@ def read_rest_now(raw: RingFileIO, n: int) -> bytes | None:
     bytes (_REST_MIN <= n <= _REST_MAX), at once from the page cache: a new
     bytes object that the kernel fills, as os.read fills the one it returns,
     when the file is all cached and ends there; else None (read_rest's turn)."""
-    out = bytes(n)
+    out = _ops.new_bytes(n)
     c_out = _from_buffer(_CHARS, out, False)
     missed = _read_whole_now(raw._fd, c_out, n, raw._pos)
     ffi.release(c_out)
@@ -727,7 +727,7 @@ async def read_rest(raw: RingFileIO, n: int) -> tuple[bytes, bool]:
     shows whether the file ends there.  Returns (the bytes, whether they
     reach end of file).  No copy follows the kernel's unless the file changed
     size meanwhile."""
-    out = bytes(n)
+    out = _ops.new_bytes(n)
     c_out = _from_buffer(_CHARS, out, False)
     pos = raw._pos
     spare = bytearray(_REST_SPARE)

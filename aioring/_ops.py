@@ -20,6 +20,7 @@ import functools
 import operator
 import os
 import select
+from collections.abc import Callable
 from typing import Any
 
 from ._liburing import ffi, lib
@@ -51,6 +52,33 @@ _get_running_loop = asyncio.get_running_loop
 
 # Read buffers are overwritten by the kernel: no need to zero them first.
 _alloc = ffi.new_allocator(should_clear_after_alloc=False)
+
+
+# Results at least this large are read into a bytes object that is not
+# zeroed first: the kernel overwrites it, and zeroing 1 MiB costs about a
+# sixth of reading it from the page cache (16 of 92 us here).
+UNZEROED_MIN = 64 * 1024
+_new_unzeroed: Any = None
+
+
+def new_bytes(n: int) -> bytes:
+    """A new bytes object of n (> 1) bytes for the kernel to fill, as os.read
+    fills the one it returns: never one that Python shares (b"" and the
+    one-byte objects are).  From UNZEROED_MIN on its contents are undefined
+    until filled, so only what the kernel filled may leave the caller."""
+    if n < UNZEROED_MIN:
+        return bytes(n)
+    global _new_unzeroed
+    if _new_unzeroed is None:
+        # CPython's own constructor, which leaves the bytes as they are when
+        # given no source; ctypes, loaded on the first large read only.
+        import ctypes
+        make = ctypes.pythonapi.PyBytes_FromStringAndSize
+        make.restype = ctypes.py_object
+        make.argtypes = (ctypes.c_char_p, ctypes.c_ssize_t)
+        _new_unzeroed = make
+    out: bytes = _new_unzeroed(None, n)
+    return out
 
 
 # Calls served without suspending (from a file's window, a direct read, or
@@ -203,6 +231,15 @@ def _finish_read(op: Op, res: int) -> bytes:
     return ffi.buffer(op.keep, res)[:]
 
 
+def _filled(out: bytes, n: int) -> bytes:
+    """What the kernel filled of `out`, a new_bytes object."""
+    return out if n == len(out) else out[:n]
+
+
+def _finish_read_filled(out: bytes, got: int, op: Op, res: int) -> bytes:
+    return _filled(out, got + res)
+
+
 async def read(fd: int, size: int, offset: int = -1) -> bytes:
     """Read at most `size` bytes from `fd`, like os.read (offset -1) or os.pread.
 
@@ -221,16 +258,27 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
         _ring._deliver_owed()
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
-    buf = _alloc("char[]", size)
+    # A large result is the bytes object the kernel fills (no copy follows);
+    # a small one is copied out of memory that is not zeroed either.
+    out = new_bytes(size) if size >= UNZEROED_MIN else None
+    buf = _alloc("char[]", size) if out is None else _from_buffer(_CHARS, out, False)
     if offset >= 0:
         got = _read_now_into(fd, ffi.buffer(buf), buf, size, offset)
     else:
         got = _rw_now(0, fd, buf, min(size, MAX_RW)) if size else 0
     if got < 0:  # all of it from the page cache, or end of file
+        if out is None:
+            data = ffi.buffer(buf, -got - 1)[:]
+        else:
+            ffi.release(buf)
+            data = _filled(out, -got - 1)
         if pace():
             await _yield_keeping()
-        return ffi.buffer(buf, -got - 1)[:]
-    finish = _finish_read if not got else functools.partial(_finish_rest, got)
+        return data
+    if out is not None:
+        finish: Callable[[Op, int], bytes] = functools.partial(_finish_read_filled, out, got)
+    else:
+        finish = _finish_read if not got else functools.partial(_finish_rest, got)
     op = ring.start(loop, _PREP_RW, (_READ, fd, buf + got, min(size - got, MAX_RW),
                                      offset + got if offset >= 0 else -1, 0),
                     buf, finish, _POLLIN, offset == -1)

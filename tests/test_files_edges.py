@@ -181,6 +181,34 @@ async def test_read_to_the_end_sees_the_file_as_it_is_now(disk_dir: str, change:
             assert await f.read(-1) == want
 
 
+@pytest.mark.parametrize("reads", ["direct first", "ring"])
+@pytest.mark.parametrize("buffering", [-1, 0])
+@pytest.mark.parametrize("chunk", [4096, _ops.UNZEROED_MIN, 150_000, 1 << 20])
+async def test_large_reads_return_just_what_the_kernel_read(
+        disk_dir: str, chunk: int, buffering: int, reads: str, request: pytest.FixtureRequest) -> None:
+    """read(n) with nothing buffered lets the kernel fill a new bytes object
+    (not zeroed first when large): a read cut short by the end of the file,
+    and the empty one after it, give just the file's bytes, as builtin open's."""
+    if reads == "ring":
+        request.getfixturevalue("ring_reads")
+    path = Path(disk_dir, "f")
+    path.write_bytes(_pattern(2 * chunk + chunk // 3))
+    with open(path, "rb", buffering=buffering) as expected:
+        async with aioring.open(path, "rb", buffering=buffering) as f:
+            while True:
+                want = expected.read(chunk)
+                assert await f.read(chunk) == want
+                if not want:
+                    break
+
+
+@pytest.mark.parametrize("n", [2, 4096, _ops.UNZEROED_MIN - 1, _ops.UNZEROED_MIN, 1 << 20])
+def test_new_bytes_are_new_objects_of_the_length_asked(n: int) -> None:
+    a, b = _ops.new_bytes(n), _ops.new_bytes(n)
+    assert type(a) is bytes and len(a) == len(b) == n
+    assert a is not b  # never a shared object, which filling would corrupt
+
+
 async def test_read_to_the_end_after_a_partial_read_and_a_seek(disk_dir: str) -> None:
     path = Path(disk_dir, "f")
     path.write_bytes(_pattern(70_000))

@@ -127,6 +127,38 @@ async def test_a_read_partly_cached_returns_all_of_it(data_file, monkeypatch):
     assert await aioring.read(fd, 10_000, len(content) - 3000) == content[-3000:]
 
 
+@pytest.mark.parametrize("how", ["direct", "partly cached", "ring"])
+@pytest.mark.parametrize("size", [64 * 1024, 200_000, 1 << 20])
+async def test_large_reads_return_just_what_the_kernel_read(data_file, monkeypatch, request, how, size):
+    """A large read's result is the bytes object the kernel filled (not
+    zeroed first): cut short by the end of the file, it holds just the file's
+    bytes, whether the page cache, the ring or both served it."""
+    from aioring import _ops
+    fd, content = data_file
+    if how == "ring":
+        request.getfixturevalue("ring_reads")
+    elif how == "partly cached":
+        def half_cached(fd: int, buffers, offset: int, flags: int) -> int:
+            with memoryview(buffers[0]) as view:
+                return os.preadv(fd, [view[:len(view) // 2]], offset)
+        monkeypatch.setattr(_ops, "_preadv", half_cached)
+    for offset in (0, 7, max(0, len(content) - size // 2), len(content) - 1, len(content)):
+        assert await aioring.read(fd, size, offset) == os.pread(fd, size, offset)
+    os.lseek(fd, 5, os.SEEK_SET)
+    assert await aioring.read(fd, size) == content[5:5 + size]
+
+
+async def test_a_large_read_of_a_pipe_returns_what_it_holds(pipe):
+    r, w = pipe
+    os.write(w, b"0123456789")
+    assert await aioring.read(r, 1 << 20) == b"0123456789"
+    os.write(w, b"x" * 60_000)  # (less than the pipe holds: the write does not block)
+    got = b""
+    while len(got) < 60_000:
+        got += await aioring.read(r, 1 << 20)
+    assert got == b"x" * 60_000
+
+
 @pytest.mark.parametrize("cancel", [False, True])
 async def test_a_read_partly_served_directly_ends_whole(data_file, monkeypatch, cancel):
     """Where only part of the range is cached, the direct read delivers that
