@@ -150,7 +150,7 @@ async def test_fd_opened_file_advances_the_fd_offset(disk_dir: str) -> None:
 
 @pytest.mark.parametrize("reads", ["direct first", "ring"])
 @pytest.mark.parametrize("change", ["none", "grew a little", "grew a lot", "shrank", "emptied"])
-@pytest.mark.parametrize("size", [4096, 100_000])
+@pytest.mark.parametrize("size", [4096, 100_000, 300_000])
 async def test_read_to_the_end_sees_the_file_as_it_is_now(disk_dir: str, change: str, size: int, reads: str,
                                                            request: pytest.FixtureRequest) -> None:
     """read() with nothing buffered reads what the file's size said, and a

@@ -128,7 +128,7 @@ async def test_a_read_partly_cached_returns_all_of_it(data_file, monkeypatch):
 
 
 @pytest.mark.parametrize("how", ["direct", "partly cached", "ring"])
-@pytest.mark.parametrize("size", [64 * 1024, 200_000, 1 << 20])
+@pytest.mark.parametrize("size", [100_000, 128 * 1024, 200_000, 1 << 20])
 async def test_large_reads_return_just_what_the_kernel_read(data_file, monkeypatch, request, how, size):
     """A large read's result is the bytes object the kernel filled (not
     zeroed first): cut short by the end of the file, it holds just the file's
