@@ -451,6 +451,7 @@ class NaiveEchoProtocol(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport
         self.state.transports.append(transport)
         self.state.new_conn(transport.get_extra_info("socket"))
+        self.deliver: Callable[[bytearray], object] = self.transport.write  # what a complete frame gets
 
     def data_received(self, data: bytes) -> None:
         buf = self.buf
@@ -459,7 +460,7 @@ class NaiveEchoProtocol(asyncio.Protocol):
             end = 8 + HDR.unpack_from(buf)[0]
             if len(buf) < end:
                 break
-            self.transport.write(buf[:end])
+            self.deliver(buf[:end])
             del buf[:end]
 
 
@@ -472,19 +473,13 @@ class FloorEchoProtocol(NaiveEchoProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.frames: collections.deque[bytearray] = collections.deque()
+        self.deliver = self.frames.append
         self.waiter: asyncio.Future[None] | None = None
         self.lost = False
         self.state.spawn(asyncio.get_running_loop(), self.echo())
 
     def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        while len(buf) >= 8:
-            end = 8 + HDR.unpack_from(buf)[0]
-            if len(buf) < end:
-                break
-            self.frames.append(buf[:end])
-            del buf[:end]
+        super().data_received(data)
         self.wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
