@@ -32,10 +32,10 @@ loop and on uvloop, --loop):
                     hands out the rest of the preallocated frame buffer (uvloop only)
 * floor             asyncio-protocol's client and server, but the server hands each
                     complete frame to a task of its connection through a future,
-                    and the task writes the echo: the least any reader that a task
-                    awaits costs on that loop (its own transport, a future and a
-                    task wake-up per frame); no such reader, aioring's streams
-                    included, can pass it
+                    and the task writes the echo: what a reader that a task awaits
+                    costs at least on that loop's own transport (a future and a
+                    task wake-up per frame, nothing else), the bar for any
+                    task-based reader there
 * threads           blocking sockets, a thread per connection, recv_into + sendall:
                     the limit
 
