@@ -11,12 +11,9 @@ types, functions, constants (cdef).
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-
 from cffi import FFI
+
+from _build_liburing import extension_args
 
 MODULE_NAME = "aioring._liburing"
 
@@ -946,86 +943,18 @@ int aior_stop_request(unsigned long thread, int sig, int request);
 #define IORING_FEAT_NODROP ...
 #define IORING_FEAT_RW_CUR_POS ...
 #define IORING_FEAT_FAST_POLL ...
+
+/* constants: how this build linked liburing (_build_liburing.py) */
+#define AIOR_LIBURING_MAJOR ...
+#define AIOR_LIBURING_MINOR ...
+#define AIOR_LIBURING_STATIC ...
 """
-
-HEADER_MISSING = """\
-aioring needs liburing's headers to build, and they were not found
-(looked for liburing.h in: {dirs}).
-Install them, then build again:
-    Debian/Ubuntu:  apt-get install liburing-dev
-    Fedora/RHEL:    dnf install liburing-devel
-    Alpine:         apk add liburing-dev
-    Arch:           pacman -S liburing
-or point CPATH (headers) and LIBRARY_PATH (library) at a liburing install."""
-
-
-def _pkg_config(*args: str) -> list[str]:
-    if shutil.which("pkg-config") is None:
-        return []
-    try:
-        out = subprocess.run(
-            ["pkg-config", *args, "liburing"], capture_output=True, text=True, check=True
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return []
-    return out.split()
-
-
-def _env_dirs(name: str) -> list[str]:
-    return [d for d in os.environ.get(name, "").split(os.pathsep) if d]
-
-
-def _multiarch() -> list[str]:
-    import sysconfig
-
-    arch = sysconfig.get_config_var("MULTIARCH")
-    return [arch] if arch else []
-
-
-def _include_dirs() -> list[str]:
-    dirs = [f[2:] for f in _pkg_config("--cflags-only-I") if f.startswith("-I")]
-    dirs += _env_dirs("CPATH") + _env_dirs("C_INCLUDE_PATH")
-    dirs += ["/usr/local/include", "/usr/include"]
-    return dirs
-
-
-def _library_dirs() -> list[str]:
-    dirs = [f[2:] for f in _pkg_config("--libs-only-L") if f.startswith("-L")]
-    dirs += _env_dirs("LIBRARY_PATH")
-    for prefix in ("/usr/local/lib", "/usr/lib"):
-        dirs += [os.path.join(prefix, a) for a in _multiarch()] + [prefix]
-    dirs += ["/usr/lib64", "/lib64"]
-    return dirs
-
-
-def _find(dirs: list[str], name: str) -> str | None:
-    for d in dirs:
-        path = os.path.join(d, name)
-        if os.path.exists(path):
-            return path
-    return None
 
 
 def make_ffi() -> FFI:
-    include_dirs = _include_dirs()
-    header = _find(include_dirs, "liburing.h")
-    if header is None:
-        sys.stderr.write(HEADER_MISSING.format(dirs=", ".join(include_dirs)) + "\n")
-        raise SystemExit("aioring: liburing.h not found (apt-get install liburing-dev)")
-
-    # Link liburing statically where the archive exists, so that an installed
-    # aioring needs no liburing at run time; otherwise link the shared library.
-    static = None if os.environ.get("AIORING_DYNAMIC") else _find(_library_dirs(), "liburing.a")
-    kwargs: dict[str, list[str]] = {"include_dirs": [os.path.dirname(header)]}
-    if static is not None:
-        kwargs["extra_objects"] = [static]
-    else:
-        kwargs["libraries"] = ["uring"]
-        kwargs["library_dirs"] = [d for d in _library_dirs() if os.path.isdir(d)]
-
     ffi = FFI()
     ffi.cdef(CDEF)
-    ffi.set_source(MODULE_NAME, C_SOURCE, extra_compile_args=["-O2"], **kwargs)
+    ffi.set_source(MODULE_NAME, C_SOURCE, extra_compile_args=["-O2"], **extension_args())
     return ffi
 
 
