@@ -1,11 +1,13 @@
 # make test   set everything up on a fresh Debian machine, then run the tests
 # make bench  set everything up, then run the framed echo benchmark (about two minutes)
 # make bench-all  the whole benchmark suite, results in benchmarks/results/
+# make docs   the Sphinx site in docs/_build/html (warnings are errors)
+# make wheel  a manylinux wheel in dist/ with liburing linked in, then its smoke test
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-SOURCES := pyproject.toml setup.py _build_cffi.py
+SOURCES := pyproject.toml setup.py _build_cffi.py _build_liburing.py
 
 .PHONY: test test-all soak lint bench bench-all system-deps clean
 
@@ -34,7 +36,7 @@ soak: $(VENV)/.installed-test
 	$(PY) -m pytest -m slow -s -v tests/test_soak.py
 
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check aioring tests benchmarks _build_cffi.py
+	$(VENV)/bin/ruff check aioring tests benchmarks _build_cffi.py _build_liburing.py setup.py .ci/wheel_needs.py
 	$(VENV)/bin/mypy
 
 # Prints a line per run, then the tables; writes benchmarks/results/framed_echo.json and .png.
@@ -81,5 +83,31 @@ $(VENV)/.installed-bench: $(SOURCES) | $(VENV)/bin/python system-deps
 	$(PY) -m pip install -q -e '.[test,bench]'
 	touch $@
 
+# ---- docs and wheel ------------------------------------------------------
+.PHONY: docs wheel
+
+docs: $(VENV)/.installed-docs
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
+# The wheel links liburing statically (AIORING_LIBURING=static: every extension
+# module), auditwheel retags it with the manylinux tag this machine's glibc
+# allows, and the build fails if it needs any shared library beyond glibc.
+# Then it is installed into a fresh virtualenv away from the source tree and a
+# smoke subset of the suite runs against it; the sdist is built and installed too.
+wheel: $(VENV)/.installed-wheel
+	rm -rf build .cache/wheel
+	AIORING_LIBURING=static $(PY) -m build --wheel --outdir .cache/wheel .
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair -w dist .cache/wheel/aioring-*.whl
+	$(PY) .ci/wheel_needs.py dist/aioring-$$($(PY) -c 'import aioring; print(aioring.__version__)')-*manylinux*.whl
+	$(PY) -m pytest -m dist -p no:cacheprovider tests/test_dist.py
+
+$(VENV)/.installed-docs: $(SOURCES) | $(VENV)/bin/python system-deps
+	$(PY) -m pip install -q -e '.[docs]'
+	touch $@
+
+$(VENV)/.installed-wheel: $(SOURCES) | $(VENV)/bin/python system-deps
+	$(PY) -m pip install -q -e '.[test,wheel]'
+	touch $@
+
 clean:
-	rm -rf $(VENV) .venv-3.* .cache build *.egg-info aioring/*.so aioring/_liburing.c tests/.scratch benchmarks/.data
+	rm -rf $(VENV) .venv-3.* .cache build *.egg-info aioring/*.so aioring/_liburing.c tests/.scratch benchmarks/.data dist docs/_build
