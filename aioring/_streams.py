@@ -851,6 +851,7 @@ class StreamReader(asyncio.StreamReader):
             self._waiter = None
 
     def feed_eof(self) -> None:
+        """As asyncio.StreamReader.feed_eof: the same arguments, result and exceptions."""
         super().feed_eof()
         channel = self._channel
         if channel is not None and not channel._writable:
@@ -863,6 +864,7 @@ class StreamReader(asyncio.StreamReader):
             self._channel.close()
 
     async def wait_closed(self) -> None:
+        """Wait until the stream's fd is closed; raises the error that ended the connection, if one did."""
         if self._channel is not None:
             await self._channel.wait_closed()
 
@@ -1057,30 +1059,41 @@ class StreamWriter:
 
     @property
     def transport(self) -> _Channel:
+        """The stream's transport, as asyncio.StreamWriter.transport: set_write_buffer_limits,
+        pause_reading, resume_reading, is_reading, get_extra_info, close, abort."""
         return self._transport
 
     def write(self, data: Any) -> None:
+        """As asyncio.StreamWriter.write: never blocks; a buffer other than bytes is copied
+        first, so the caller may reuse it at once.  Raises what asyncio's raises."""
         self._transport.write(data)
 
     def writelines(self, data: Iterable[Any]) -> None:
+        """As asyncio.StreamWriter.writelines: the same arguments, result and exceptions."""
         self._transport.writelines(data)
 
     def write_eof(self) -> None:
+        """As asyncio.StreamWriter.write_eof: the same arguments, result and exceptions."""
         self._transport.write_eof()
 
     def can_write_eof(self) -> bool:
+        """As asyncio.StreamWriter.can_write_eof: the same arguments, result and exceptions."""
         return self._transport.can_write_eof()
 
     def close(self) -> None:
+        """As asyncio.StreamWriter.close: the same arguments, result and exceptions."""
         self._transport.close()
 
     def is_closing(self) -> bool:
+        """As asyncio.StreamWriter.is_closing: the same arguments, result and exceptions."""
         return self._transport.is_closing()
 
     async def wait_closed(self) -> None:
+        """asyncio.StreamWriter.wait_closed, awaited: the same arguments, result and exceptions."""
         await self._transport.wait_closed()
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
+        """As asyncio.StreamWriter.get_extra_info: the same arguments, result and exceptions."""
         return self._transport.get_extra_info(name, default)
 
     async def drain(self) -> None:
@@ -1297,15 +1310,19 @@ class Server:
 
     @property
     def sockets(self) -> tuple[socket.socket, ...]:
+        """asyncio.Server.sockets, of the wrapped object."""
         return () if self._closed else tuple(self._sockets)
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
+        """As asyncio.Server.get_loop: the same arguments, result and exceptions."""
         return self._loop
 
     def is_serving(self) -> bool:
+        """As asyncio.Server.is_serving: the same arguments, result and exceptions."""
         return self._serving
 
     async def start_serving(self) -> None:
+        """asyncio.Server.start_serving, awaited: the same arguments, result and exceptions."""
         self._start()
         await asyncio.sleep(0)  # as asyncio's: the accept loops are running on return
 
@@ -1434,10 +1451,12 @@ class Server:
             pass
 
     def close_clients(self) -> None:
+        """As asyncio.Server.close_clients: the same arguments, result and exceptions."""
         for writer in list(self._writers):
             writer.close()
 
     def abort_clients(self) -> None:
+        """As asyncio.Server.abort_clients: the same arguments, result and exceptions."""
         for writer in list(self._writers):
             writer.transport.abort()
 
@@ -1447,6 +1466,7 @@ class Server:
         await asyncio.shield(self._all_closed)
 
     async def serve_forever(self) -> None:
+        """asyncio.Server.serve_forever, awaited: the same arguments, result and exceptions."""
         if self._serving_forever is not None:
             raise RuntimeError(f"server {self!r} is already being awaited on serve_forever()")
         if self._closed:

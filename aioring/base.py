@@ -73,6 +73,7 @@ class AsyncBase:
         return super().__repr__() + " wrapping " + repr(self._file)
 
     async def readline(self, size: Any = -1) -> Any:  # overridden by every file class
+        """io.IOBase.readline, awaited: the same arguments, result and exceptions."""
         raise NotImplementedError
 
     def _replan(self, name: Any, args: tuple[Any, ...]) -> Plan:
@@ -178,6 +179,7 @@ class AsyncFileBase(AsyncBase):
 
     # -- reads the window serves at once ----------------------------------------
     async def readline(self, size: Any = -1) -> Any:
+        """io.IOBase.readline, awaited: the same arguments, result and exceptions."""
         raw = self._raw
         if size == -1 and raw is not None and not raw._busy and not raw._queue and self._line_ends():
             return await self._call_now(raw, "readline", -1)
@@ -244,15 +246,19 @@ class AsyncFileBase(AsyncBase):
             raw.release()
 
     async def tell(self) -> int:
+        """io.IOBase.tell, awaited: the same arguments, result and exceptions."""
         return await self._call("tell", None)
 
     async def truncate(self, size: Any = None) -> int:
+        """io.IOBase.truncate, awaited: the same arguments, result and exceptions."""
         return await self._call("truncate", None, size)
 
     async def flush(self) -> None:
+        """io.IOBase.flush, awaited: the same arguments, result and exceptions."""
         await self._call("flush", None)
 
     async def close(self) -> None:
+        """io.IOBase.close, awaited: the same arguments, result and exceptions."""
         if self._closes_at_once():
             self._file.close()
             return
@@ -263,27 +269,34 @@ class AsyncFileBase(AsyncBase):
             raise
 
     async def isatty(self) -> bool:
+        """io.IOBase.isatty, awaited: the same arguments, result and exceptions."""
         return await self._call("isatty", None)
 
     async def seekable(self) -> bool:
+        """io.IOBase.seekable, awaited: the same arguments, result and exceptions."""
         return await self._call("seekable", None)
 
     async def writable(self) -> bool:
+        """io.IOBase.writable, awaited: the same arguments, result and exceptions."""
         return await self._call("writable", None)
 
     def fileno(self) -> int:
+        """As io.IOBase.fileno: the same arguments, result and exceptions."""
         return self._file.fileno()
 
     @property
     def closed(self) -> bool:
+        """Whether the file is closed, as io.IOBase.closed."""
         return self._file.closed
 
     @property
     def name(self) -> Any:
+        """The wrapped file's name, as the stdlib file object's `name`."""
         return self._file.name
 
     @property
     def mode(self) -> str:
+        """The mode the file was opened with, as the stdlib file object's `mode`."""
         return self._file.mode
 
 

@@ -52,7 +52,7 @@ ftruncate = _on_ring(_os.ftruncate, _pathops.ftruncate)
 
 async def fsync(fd: Any, *, loop: asyncio.AbstractEventLoop | None = None,
                 executor: Any = None) -> None:
-    """os.fsync through IORING_OP_FSYNC."""
+    """os.fsync through IORING_OP_FSYNC: raises what os.fsync raises."""
     await _ops.fsync(fd)
 
 

@@ -66,6 +66,7 @@ class AsyncSpooledTemporaryFile(AsyncBase):
             await self.rollover()
 
     async def write(self, s: Any) -> int:
+        """tempfile.SpooledTemporaryFile.write, awaited: the same arguments, result and exceptions."""
         if self._disk is not None:
             return await self._disk.write(s)
         n = self._file._file.write(s)
@@ -73,16 +74,19 @@ class AsyncSpooledTemporaryFile(AsyncBase):
         return n
 
     async def writelines(self, lines: Iterable[Any]) -> None:
+        """tempfile.SpooledTemporaryFile.writelines, awaited: the same arguments, result and exceptions."""
         if self._disk is not None:
             return await self._disk.writelines(lines)
         self._file._file.writelines(lines)
         await self._check()
 
     async def fileno(self) -> int:
+        """tempfile.SpooledTemporaryFile.fileno, awaited: the same arguments, result and exceptions."""
         await self.rollover()
         return self._file.fileno()
 
     async def truncate(self, size: Any = None) -> int:
+        """tempfile.SpooledTemporaryFile.truncate, awaited: the same arguments, result and exceptions."""
         spooled = self._file
         if self._disk is None and size is not None and size > spooled._max_size:
             await self.rollover()
@@ -91,27 +95,35 @@ class AsyncSpooledTemporaryFile(AsyncBase):
         return spooled.truncate(size)
 
     async def read(self, *args: Any) -> Any:
+        """tempfile.SpooledTemporaryFile.read, awaited: the same arguments, result and exceptions."""
         return await self._on("read", *args)
 
     async def readline(self, *args: Any) -> Any:
+        """tempfile.SpooledTemporaryFile.readline, awaited: the same arguments, result and exceptions."""
         return await self._on("readline", *args)
 
     async def readlines(self, *args: Any) -> Any:
+        """tempfile.SpooledTemporaryFile.readlines, awaited: the same arguments, result and exceptions."""
         return await self._on("readlines", *args)
 
     async def seek(self, *args: Any) -> int:
+        """tempfile.SpooledTemporaryFile.seek, awaited: the same arguments, result and exceptions."""
         return await self._on("seek", *args)
 
     async def tell(self) -> int:
+        """tempfile.SpooledTemporaryFile.tell, awaited: the same arguments, result and exceptions."""
         return await self._on("tell")
 
     async def flush(self) -> None:
+        """tempfile.SpooledTemporaryFile.flush, awaited: the same arguments, result and exceptions."""
         await self._on("flush")
 
     async def close(self) -> None:
+        """tempfile.SpooledTemporaryFile.close, awaited: the same arguments, result and exceptions."""
         await self._on("close")
 
     async def isatty(self) -> bool:
+        """tempfile.SpooledTemporaryFile.isatty, awaited: the same arguments, result and exceptions."""
         return await self._on("isatty")
 
     async def _exit(self, *exc_info: Any) -> None:
@@ -122,22 +134,27 @@ class AsyncSpooledTemporaryFile(AsyncBase):
 
     @property
     def closed(self) -> bool:
+        """tempfile.SpooledTemporaryFile.closed, of the wrapped object."""
         return self._file.closed
 
     @property
     def encoding(self) -> Any:
+        """tempfile.SpooledTemporaryFile.encoding, of the wrapped object."""
         return self._file.encoding
 
     @property
     def mode(self) -> Any:
+        """tempfile.SpooledTemporaryFile.mode, of the wrapped object."""
         return self._file.mode
 
     @property
     def name(self) -> Any:
+        """tempfile.SpooledTemporaryFile.name, of the wrapped object."""
         return self._file.name
 
     @property
     def newlines(self) -> Any:
+        """tempfile.SpooledTemporaryFile.newlines, of the wrapped object."""
         return self._file.newlines
 
 
@@ -152,13 +169,17 @@ class AsyncTemporaryDirectory:
 
     @property
     def name(self) -> Any:
+        """tempfile.TemporaryDirectory.name, of the wrapped object."""
         return self._file.name
 
     async def cleanup(self) -> None:
+        """tempfile.TemporaryDirectory.cleanup, awaited: the same arguments, result and exceptions."""
         loop = self._loop or asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, partial(self._file.cleanup))
 
     async def close(self) -> None:
+        """tempfile.TemporaryDirectory.cleanup, awaited (aiofiles' name for it): raises what
+        cleanup raises."""
         await self.cleanup()
 
     async def _exit(self, *exc_info: Any) -> None:

@@ -134,6 +134,7 @@ class AsyncBufferedIOBase(_BinaryBase):
     "ab", "xb"; io.BytesIO through threadpool.wrap)."""
 
     async def read(self, size: Any = -1) -> bytes:
+        """io.BufferedIOBase.read, awaited: the same arguments, result and exceptions."""
         raw = self._raw
         if raw is not None and not raw._busy and not raw._queue and not raw.closed and raw.readable():
             if type(size) is int and size >= _DIRECT_READ:
@@ -169,6 +170,7 @@ class AsyncBufferedIOBase(_BinaryBase):
         return await self._call("read", self._plan(self._read_plan, size), size)
 
     async def readinto(self, b: Any) -> int:
+        """io.BufferedIOBase.readinto, awaited: the same arguments, result and exceptions."""
         raw = self._raw
         if raw is not None and not raw._busy and not raw._queue and not raw.closed and raw.readable():
             try:
@@ -230,13 +232,16 @@ class AsyncBufferedIOBase(_BinaryBase):
             raw.release()
 
     async def read1(self, size: Any = -1) -> bytes:
+        """io.BufferedIOBase.read1, awaited: the same arguments, result and exceptions."""
         return await self._call("read1", self._plan(self._read1_plan, size), size)
 
     def detach(self) -> Any:
+        """As io.BufferedIOBase.detach: the same arguments, result and exceptions."""
         return self._file.detach()
 
     @property
     def raw(self) -> Any:
+        """io.BufferedIOBase.raw, of the wrapped object."""
         return self._file.raw
 
 
@@ -244,6 +249,7 @@ class AsyncBufferedReader(AsyncBufferedIOBase):
     """The async io.BufferedReader and io.BufferedRandom ("rb", "rb+", "wb+", "ab+")."""
 
     async def peek(self, size: Any = 0) -> bytes:
+        """io.BufferedReader.peek, awaited: the same arguments, result and exceptions."""
         return await self._call("peek", self._plan(self._read1_plan, 0), size)
 
 
@@ -253,15 +259,18 @@ class AsyncFileIO(_BinaryBase):
     are one syscall each."""
 
     async def readall(self) -> bytes:
+        """io.FileIO.readall, awaited: the same arguments, result and exceptions."""
         return await self._call("readall", self._plan(self._read_plan, -1))
 
     async def read(self, size: Any = -1) -> bytes:
+        """io.FileIO.read, awaited: the same arguments, result and exceptions."""
         raw = self._raw
         if raw is None or type(size) is not int or size < 0 or raw.closed or not raw.readable():
             return await self._call("read", self._plan(self._read_plan, size), size)
         return await self._direct(raw, read_direct, size)
 
     async def readinto(self, b: Any) -> int:
+        """io.FileIO.readinto, awaited: the same arguments, result and exceptions."""
         raw = self._raw
         if raw is None or raw.closed or not raw.readable():
             return await self._call("readinto", None, b)
@@ -276,6 +285,7 @@ class AsyncFileIO(_BinaryBase):
                 return await self._direct(raw, readinto_direct, out)
 
     async def write(self, b: Any) -> int:
+        """io.FileIO.write, awaited: the same arguments, result and exceptions."""
         raw = self._raw
         if raw is None or raw.closed or not raw.writable() or isinstance(b, str):
             return await self._call("write", None, b)

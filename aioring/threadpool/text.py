@@ -100,48 +100,60 @@ class AsyncTextIOWrapper(AsyncFileBase):
 
     # -- methods -----------------------------------------------------------------
     async def read(self, size: Any = -1) -> str:
+        """io.TextIOWrapper.read, awaited: the same arguments, result and exceptions."""
         return await self._call("read", self._read_plan(size), size)
 
     def _line_ends(self) -> tuple[bytes, ...] | None:
         return self._term
 
     async def readlines(self, hint: Any = -1) -> list[str]:
+        """io.TextIOWrapper.readlines, awaited: the same arguments, result and exceptions."""
         return await self._call("readlines", self._lines_plan(hint), hint)
 
     async def write(self, s: Any) -> int:
+        """io.TextIOWrapper.write, awaited: the same arguments, result and exceptions."""
         return await self._call("write", None, s)
 
     async def writelines(self, lines: Iterable[Any]) -> None:
+        """io.TextIOWrapper.writelines, awaited: the same arguments, result and exceptions."""
         await self._call("writelines", None, lines)
 
     async def seek(self, cookie: Any, whence: int = 0) -> int:
+        """io.TextIOWrapper.seek, awaited: the same arguments, result and exceptions."""
         return await self._call("seek", self._seek_plan(cookie, whence), cookie, whence,
                                 size_fresh=whence == 2)
 
     async def readable(self) -> bool:
+        """io.TextIOWrapper.readable, awaited: the same arguments, result and exceptions."""
         return await self._call("readable", None)
 
     def detach(self) -> Any:
+        """As io.TextIOWrapper.detach: the same arguments, result and exceptions."""
         return self._file.detach()
 
     @property
     def buffer(self) -> Any:
+        """io.TextIOWrapper.buffer, of the wrapped object."""
         return self._file.buffer
 
     @property
     def encoding(self) -> str:
+        """io.TextIOWrapper.encoding, of the wrapped object."""
         return self._file.encoding
 
     @property
     def errors(self) -> str:
+        """io.TextIOWrapper.errors, of the wrapped object."""
         return self._file.errors
 
     @property
     def line_buffering(self) -> bool:
+        """io.TextIOWrapper.line_buffering, of the wrapped object."""
         return self._file.line_buffering
 
     @property
     def newlines(self) -> Any:
+        """io.TextIOWrapper.newlines, of the wrapped object."""
         return self._file.newlines
 
 
