@@ -101,12 +101,10 @@ wheel: $(VENV)/.installed-wheel
 	$(PY) .ci/wheel_needs.py dist/aioring-$$($(PY) -c 'import aioring; print(aioring.__version__)')-*manylinux*.whl
 	$(PY) -m pytest -m dist -p no:cacheprovider tests/test_dist.py
 
-$(VENV)/.installed-docs: $(SOURCES) | $(VENV)/bin/python system-deps
-	$(PY) -m pip install -q -e '.[docs]'
-	touch $@
-
-$(VENV)/.installed-wheel: $(SOURCES) | $(VENV)/bin/python system-deps
-	$(PY) -m pip install -q -e '.[test,wheel]'
+EXTRAS_docs  := docs
+EXTRAS_wheel := test,wheel
+$(VENV)/.installed-docs $(VENV)/.installed-wheel: $(VENV)/.installed-%: $(SOURCES) | $(VENV)/bin/python system-deps
+	$(PY) -m pip install -q -e '.[$(EXTRAS_$*)]'
 	touch $@
 
 clean:
