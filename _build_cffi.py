@@ -133,6 +133,56 @@ static int aior_prep_cancel(struct io_uring *ring, uint64_t target,
     return 0;
 }
 
+/* Take back the SQE tagged `user_data` if the kernel has not read it yet:
+   it is rewritten into a NOP that keeps the tag (its CQE still comes) and
+   the link flags (a chain stays a chain), so that what it described never
+   happens.  Without SQPOLL the kernel reads SQEs only inside our
+   io_uring_enter, so every SQE from the kernel's head to our tail is
+   unread: prepared but not submitted, or left by a submit that stopped
+   short.  1 if it was found there, 0 if the kernel has it already. */
+static int aior_withdraw(struct io_uring *ring, uint64_t user_data)
+{
+    struct io_uring_sq *sq = &ring->sq;
+    unsigned shift = (ring->flags & IORING_SETUP_SQE128) ? 1 : 0;
+    unsigned i;
+
+    if (ring->flags & IORING_SETUP_SQPOLL)
+        return 0; /* a kernel thread reads the SQ at any time */
+    for (i = IO_URING_READ_ONCE(*sq->khead); i != sq->sqe_tail; i++) {
+        struct io_uring_sqe *sqe = &sq->sqes[(i & sq->ring_mask) << shift];
+        __u8 links;
+
+        if (sqe->user_data != user_data)
+            continue;
+        links = sqe->flags & (IOSQE_IO_LINK | IOSQE_IO_HARDLINK);
+        io_uring_prep_nop(sqe);
+        sqe->flags = links;
+        sqe->user_data = user_data;
+        return 1;
+    }
+    return 0;
+}
+
+/* The tags that have every bit of `mask` among the SQEs the kernel has not
+   read yet (see aior_withdraw), oldest first, up to `max`; returns how many. */
+static unsigned aior_unsubmitted(struct io_uring *ring, uint64_t mask,
+                                 uint64_t *tags, unsigned max)
+{
+    struct io_uring_sq *sq = &ring->sq;
+    unsigned shift = (ring->flags & IORING_SETUP_SQE128) ? 1 : 0;
+    unsigned i, n = 0;
+
+    if (ring->flags & IORING_SETUP_SQPOLL)
+        return 0;
+    for (i = IO_URING_READ_ONCE(*sq->khead); i != sq->sqe_tail && n < max; i++) {
+        uint64_t tag = sq->sqes[(i & sq->ring_mask) << shift].user_data;
+
+        if ((tag & mask) == mask)
+            tags[n++] = tag;
+    }
+    return n;
+}
+
 /* One-shot poll for `mask` on fd. */
 static int aior_prep_poll(struct io_uring *ring, int fd, unsigned mask,
                           uint64_t user_data)
@@ -815,6 +865,9 @@ int aior_prep_rw(struct io_uring *ring, int op, int fd, void *addr,
                  uint64_t user_data);
 int aior_prep_cancel(struct io_uring *ring, uint64_t target,
                      uint64_t user_data);
+int aior_withdraw(struct io_uring *ring, uint64_t user_data);
+unsigned aior_unsubmitted(struct io_uring *ring, uint64_t mask, uint64_t *tags,
+                          unsigned max);
 int aior_prep_poll(struct io_uring *ring, int fd, unsigned mask,
                    uint64_t user_data);
 int aior_prep_openat(struct io_uring *ring, int dfd, const char *path,

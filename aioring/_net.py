@@ -11,9 +11,11 @@ has room for, moves without a ring operation.
 Sockets may be blocking or not; the ring never blocks the loop either way.
 Arguments are checked before anything is submitted; kernel errors arrive as
 the OSError subclass of their errno (ConnectionResetError, BrokenPipeError,
-ConnectionRefusedError, ...).  A cancelled call whose operation completed
-anyway returns its result (the bytes are not lost) and the cancellation is
-delivered at the task's next await.
+ConnectionRefusedError, ...).  A cancelled call whose operation the kernel
+had not taken yet does nothing and raises CancelledError, as the loop's; one
+whose operation completed anyway returns its result (the bytes are not lost)
+and the cancellation is delivered at the task's next await.  The sends of one
+socket (sock_sendall, sock_sendfile) reach it in the order they were called.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import select
 import socket
 import struct
 import sys
+from collections.abc import Coroutine
 from typing import Any
 
 from . import _ring
@@ -366,16 +369,76 @@ async def send_all(fd: int, cbuf: Any, length: int, done: int = 0) -> None:
         done += await result(ring, op)
 
 
+# The sends of one socket reach it in the order they were called.  A send
+# that cannot go at once takes the socket's turn until its last operation
+# has left the kernel; a later send of the socket waits for that before it
+# tries the socket at all.  So a cancelled send, whose operation the kernel
+# may still hold until its cancellation is through, never lands after a later
+# send's bytes.  (fd -> a future done when the send holding the turn let go.)
+_send_turns: dict[int, asyncio.Future[None]] = {}
+
+
+async def _take_turn(fd: int, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+    """This send's turn on fd, once the sends before it let go (see _send_turns).
+    If the caller is cancelled while it waits, nothing was sent, and the sends
+    after it still wait for the ones before it."""
+    turn = loop.create_future()
+    before = _send_turns.get(fd)
+    _send_turns[fd] = turn
+    if before is not None and not before.done() and before.get_loop() is loop:
+        try:
+            await asyncio.shield(before)
+        except BaseException:
+            before.add_done_callback(lambda _: _end_turn(fd, turn))
+            raise
+    return turn
+
+
+def _new_turn(fd: int, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+    turn = _send_turns[fd] = loop.create_future()
+    return turn
+
+
+def _end_turn(fd: int, turn: asyncio.Future[None]) -> None:
+    if _send_turns.get(fd) is turn:
+        del _send_turns[fd]
+    if not turn.done():
+        try:
+            turn.set_result(None)
+        except RuntimeError:  # its loop is closed: nobody waits any more
+            pass
+
+
 async def sock_sendall(sock: socket.socket, data: Any) -> None:
     """loop.sock_sendall: send all of `data`; returns None once the kernel took it.
 
     The buffer belongs to the kernel until this returns (a bytearray cannot be
-    resized meanwhile).  A cancelled call may have sent part of the data, as
-    the loop's may."""
+    resized meanwhile).  Sends of one socket go out in the order they were
+    called, each after the one before has left the kernel.  A cancelled call
+    raises CancelledError and sends nothing more, unless the kernel had
+    already taken (part of) the data: that part stays sent, as with the
+    loop's, and is never overtaken by a later send."""
     fd = check_socket(sock)
     if _ring._owed:
         _ring._deliver_owed()  # (before the export, which must not be left to the collector)
     cbuf = readable_buffer(data)
+    turn = None
+    if fd in _send_turns:  # an earlier send of this socket is still out: after it
+        try:
+            turn = await _take_turn(fd, _get_running_loop())
+        except BaseException:
+            ffi.release(cbuf)
+            raise
+    try:
+        await _sendall(fd, cbuf, turn is not None)
+    finally:
+        if turn is not None:
+            _end_turn(fd, turn)
+
+
+async def _sendall(fd: int, cbuf: Any, in_turn: bool) -> None:
+    """sock_sendall once no earlier send of fd is out; it takes the socket's
+    turn while it waits, unless the caller holds it.  Owns the export `cbuf`."""
     length = len(cbuf)
     sent = _sync_rw(_SEND, fd, cbuf, min(length, MAX_RW), 0, _DONTWAIT | _NOSIGNAL) if length else 0
     if sent == length:
@@ -386,7 +449,14 @@ async def sock_sendall(sock: socket.socket, data: Any) -> None:
     if sent < 0 and sent != _EAGAIN:
         ffi.release(cbuf)
         raise os_error(sent)
-    await _holding(send_all(fd, cbuf, length, max(sent, 0)), cbuf)
+    if in_turn:
+        await _holding(send_all(fd, cbuf, length, max(sent, 0)), cbuf)
+        return
+    turn = _new_turn(fd, _get_running_loop())
+    try:
+        await _holding(send_all(fd, cbuf, length, max(sent, 0)), cbuf)
+    finally:
+        _end_turn(fd, turn)
 
 
 async def sock_sendto(sock: socket.socket, data: Any, address: Any) -> int:
@@ -517,7 +587,25 @@ async def sock_sendfile(sock: socket.socket, file: Any, offset: int = 0, count: 
             raise asyncio.SendfileNotAvailableError(
                 f"syscall sendfile is not available for socket {sock!r} and file {file!r} "
                 "combination") from exc
-        return await _sendfile_by_copy(sock, file, offset, count)
+        return await _in_turn(fd, _sendfile_by_copy(fd, file, offset, count))
+    return await _in_turn(fd, _sendfile(fd, file_fd, file, offset, count))
+
+
+async def _in_turn(fd: int, coro: Coroutine[Any, Any, int]) -> int:
+    """Run `coro`, which sends on fd, in the socket's turn (see _send_turns)."""
+    loop = _get_running_loop()
+    try:
+        turn = await _take_turn(fd, loop) if fd in _send_turns else _new_turn(fd, loop)
+    except BaseException:
+        coro.close()
+        raise
+    try:
+        return await coro
+    finally:
+        _end_turn(fd, turn)
+
+
+async def _sendfile(fd: int, file_fd: int, file: Any, offset: int, count: int | None) -> int:
     loop, ring = _ring_and_loop()
     total = 0
     rfd, wfd = os.pipe2(os.O_CLOEXEC)
@@ -545,7 +633,7 @@ async def sock_sendfile(sock: socket.socket, file: Any, offset: int = 0, count: 
             file.seek(offset + total)
 
 
-async def _sendfile_by_copy(sock: socket.socket, file: Any, offset: int, count: int | None) -> int:
+async def _sendfile_by_copy(fd: int, file: Any, offset: int, count: int | None) -> int:
     if not callable(getattr(file, "readinto", None)):
         raise TypeError(f"file must be a binary file object, not {type(file).__name__}")
     loop = _get_running_loop()
@@ -560,7 +648,7 @@ async def _sendfile_by_copy(sock: socket.socket, file: Any, offset: int, count: 
             n = await loop.run_in_executor(None, file.readinto, view[:want])
             if not n:
                 break
-            await sock_sendall(sock, view[:n])
+            await _sendall(fd, readable_buffer(view[:n]), in_turn=True)
             total += n
         return total
     finally:

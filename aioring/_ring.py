@@ -34,15 +34,26 @@ What this module relies on, and why it is written the way it is:
   the caller's buffer, which also stops a bytearray from being resized, and
   the owner of the fd).  An entry leaves the table only when its CQE arrives.
 
-* **Cancellation never frees.**  When the awaiting task is cancelled, an
-  ASYNC_CANCEL is submitted and the caller keeps waiting, shielded, for the
-  original CQE.  Only then does it see CancelledError, so the caller may reuse
-  its buffer at once.  If the CQE says the operation completed anyway (the
-  cancellation lost the race), the result is returned, so the bytes that were
-  read or written are never lost, and the cancellation is delivered again on
-  the next loop iteration unless the task took it back meanwhile (a timeout
-  block that the task left with the result uncancels it; a task that finished
-  keeps its result).  A loop of reads therefore still ends when cancelled.
+* **What the kernel has not seen is taken back.**  An op still waiting
+  (backpressure, a full SQ, a retry after a poll), or whose SQE is still in
+  the SQ, unsubmitted, is withdrawn when it is cancelled: its SQE becomes a
+  NOP with the same tag (aior_withdraw), so it never happens, and its caller
+  sees CancelledError at once.  The flush does the same, before it submits,
+  for every op whose caller was cancelled since its SQE was prepared (the
+  task has not run yet to say so), and a waiting op whose caller was
+  cancelled is never prepared.  Once a task's cancel() was called, its op
+  starts only if the kernel had it already.
+
+* **Cancellation never frees.**  When the awaiting task is cancelled and the
+  kernel already has the op, an ASYNC_CANCEL is submitted and the caller
+  keeps waiting, shielded, for the original CQE.  Only then does it see
+  CancelledError, so the caller may reuse its buffer at once.  If the CQE
+  says the operation completed anyway (the cancellation lost the race), the
+  result is returned, so the bytes that were read or written are never lost,
+  and the cancellation is delivered again on the next loop iteration unless
+  the task took it back meanwhile (a timeout block that the task left with
+  the result uncancels it; a task that finished keeps its result).  A loop
+  of reads therefore still ends when cancelled.
 
 * **Closing drains.**  Closing a ring cancels everything in flight and blocks
   until the table is empty before unmapping the ring.  A ring closes with its
@@ -94,6 +105,11 @@ _SETUP_FLAGS = [lib.IORING_SETUP_SUBMIT_ALL | lib.IORING_SETUP_COOP_TASKRUN | li
 _WAITING = 0  # held back by backpressure, no SQE yet
 _SUBMITTED = 1  # in the SQ or in the kernel: in the in-flight table
 _DONE = 2  # its CQE arrived (or it was dropped before ever being submitted)
+
+# The tag (user_data) of an op whose caller awaits its future has this bit
+# set, so that the flush finds such ops among the unsubmitted SQEs in C
+# (see _withdraw_cancelled) and skips the others (a stream's sends and receives).
+_AWAITED = 1 << 62
 
 _ffi_release = ffi.release
 _InvalidStateError = asyncio.InvalidStateError
@@ -329,7 +345,7 @@ class Ring:
         self._submitted = ffi.new("int *")
         self._harvest = _Harvest()
         self.stats = {"submit_calls": 0, "wakeups": 0, "completions": 0, "backpressured": 0,
-                      "cancels": 0, "resubmitted": 0}
+                      "cancels": 0, "resubmitted": 0, "withdrawn": 0}
 
     # ------------------------------------------------------------------ info
     @property
@@ -439,6 +455,7 @@ class Ring:
             return op
         key = self._next_key
         self._next_key = key + 1
+        key |= _AWAITED
         if prep(self._ring, *args, key) == _EBUSY and not self._prep_after_submit(op, key):
             # The kernel takes no SQE now: wait.
             op.future = loop.create_future()
@@ -501,6 +518,8 @@ class Ring:
             if loop is not None and self._emulate(loop, op):
                 return True
         key = self._new_key()
+        if op.future is not None:
+            key |= _AWAITED
         if self._prep_sqe(op, key) == _EBUSY and not self._prep_after_submit(op, key):
             return False
         op.key = key
@@ -599,9 +618,23 @@ class Ring:
         # serves them best.  One: a lone task, which eager runs serve best.
         self._solo = pending <= 1
         if pending:
+            self._withdraw_cancelled(pending)
             self._submit()
             if lib.aior_sq_pending(self._ring):
                 self._schedule_flush()  # the kernel stopped short of the batch
+
+    def _withdraw_cancelled(self, pending: int) -> None:
+        """Before the flush submits: an op whose caller was cancelled since its
+        SQE was prepared (the task has not run yet to say so) never starts."""
+        ops = self._ops
+        # (The harvest arrays are free here: every CQE in them was taken.)
+        n = lib.aior_unsubmitted(self._ring, _AWAITED, self._ud, min(pending, self._cap))
+        for key in ffi.unpack(self._ud, n):
+            op = ops.get(key)
+            if op is not None:
+                fut = op.future
+                if fut is not None and fut.done():  # (before its CQE: cancelled)
+                    self.withdraw(op)
 
     def _submit(self) -> None:
         n = self._harvest.reaped = lib.aior_submit_reap(self._ring, self._ud, self._res, self._flags,
@@ -662,7 +695,13 @@ class Ring:
         limit = self._limit
         while waiting and (len(ops) - self._unbounded < limit or waiting[0].unbounded):
             op = waiting.popleft()
-            if op.state == _WAITING and not self._prep(op):
+            if op.state != _WAITING:
+                continue  # dropped, or withdrawn
+            fut = op.future
+            if fut is not None and fut.done():
+                self.withdraw(op)  # its caller was cancelled meanwhile: it never starts
+                continue
+            if not self._prep(op):
                 waiting.appendleft(op)  # the SQ stays full: try again next iteration
                 self._schedule_flush()
                 break
@@ -799,11 +838,8 @@ class Ring:
         that nothing the kernel already did is lost, and the cancellation is
         delivered again at the task's next await (see _redeliver).
         """
-        if op.state == _WAITING:
-            op.state = _DONE  # never reached the kernel; dropped lazily from the queue
-            op.res = -errno.ECANCELED
-            _release(op)
-            raise exc
+        if self.withdraw(op):
+            raise exc  # the kernel never saw it
         if op.state == _SUBMITTED:
             op.waiter = asyncio.get_running_loop().create_future()
             op.cancelled = True
@@ -845,19 +881,42 @@ class Ring:
         """Ask the kernel to stop `op`, whose future nobody awaits (streams).
 
         Its CQE still comes: the future then fails with ECANCELED, or gets the
-        result when the operation completed first.  An op still held back by
-        backpressure fails with ECANCELED at once."""
-        if op.state == _SUBMITTED:
-            op.cancelled = True
-            self._cancel(op.key)
-        elif op.state == _WAITING:
-            op.state = _DONE  # dropped lazily from the queue
-            op.res = -errno.ECANCELED
-            _release(op)
+        result when the operation completed first.  An op the kernel has not
+        seen yet (see withdraw) fails with ECANCELED at once."""
+        if self.withdraw(op):
             if op.sink is not None:
                 op.sink(-errno.ECANCELED)
             elif op.future is not None and not op.future.done():
                 op.future.set_exception(os_error(-errno.ECANCELED))
+        elif op.state == _SUBMITTED:
+            op.cancelled = True
+            self._cancel(op.key)
+
+    def withdraw(self, op: Op) -> bool:
+        """Take `op` back if the kernel has not seen it: still waiting, or
+        prepared in the SQ and not submitted yet (its SQE becomes a NOP with
+        the same tag, whose CQE the table consumes as a cancel's).  True when
+        withdrawn: `op` is then done with ECANCELED, nothing it holds was
+        touched, and its memory is released.  False when the kernel has it
+        (or it is done): only an ASYNC_CANCEL can stop it then."""
+        state = op.state
+        if state == _SUBMITTED:
+            if not self._unsubmit(op.key):
+                return False
+            self._ops[op.key] = _CANCEL
+            self._unbounded -= op.unbounded  # (a bool)
+        elif state != _WAITING:
+            return False
+        # (A waiting op is dropped lazily from the queue.)
+        self.stats["withdrawn"] += 1
+        op.state = _DONE
+        op.res = -errno.ECANCELED
+        _release(op)
+        return True
+
+    def _unsubmit(self, key: int) -> bool:
+        """Turn the unsubmitted SQE of `key`, if it is still in the SQ, into a NOP."""
+        return not self._closed and key not in self._emulated and lib.aior_withdraw(self._ring, key) == 1
 
     def _cancel(self, target: int) -> None:
         if self._closed:

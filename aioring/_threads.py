@@ -438,6 +438,9 @@ class ThreadRing(Ring):
             self._schedule_flush()
 
     # ----------------------------------------------------------- cancelling
+    def _unsubmit(self, key: int) -> bool:
+        return False  # every request left when it was made (see _prep)
+
     def _cancel(self, target: int) -> None:
         """A poll ends at once; a call in a worker is interrupted (its result
         still comes back: the call may have completed first)."""
