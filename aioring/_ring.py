@@ -1,67 +1,46 @@
 """L1: one io_uring per running event loop.
 
-What this module relies on, and why it is written the way it is:
+What a reader of this module needs (docs/design.md has the whole picture:
+the invariants and the kernel behaviour they rely on):
 
-* **Wakeups.**  The ring has an eventfd registered with it; the kernel signals
-  it whenever it posts a CQE.  The eventfd goes to ``loop.add_reader``, which
-  behaves the same on asyncio's selector loops and on uvloop, so the ring needs
-  nothing from the loop but a reader callback and ``call_soon``.  The eventfd is
-  level-triggered: the callback reads it (inside the same C call that harvests)
-  *before* harvesting, so a CQE posted after the harvest signals it afresh.
+* **Wakeups.**  The ring's registered eventfd goes to ``loop.add_reader``
+  (the same on asyncio's loops and uvloop).  It is level-triggered, so the
+  callback reads it before harvesting, in the same C call.
 
-* **Submission.**  An operation only fills an SQE.  The first operation of a
-  loop iteration is submitted at once and everything that completed inside the
-  submit call (page-cache reads usually do) is harvested in the same C call,
-  with eventfd notification switched off around the submit so those CQEs cost
-  no wakeup; such an operation returns its result without any future.  Later
-  operations of the same iteration wait in the SQ for one flush that the first
-  scheduled with ``call_soon``.  The task whose result was ready goes on
-  without yielding, so it may submit at once up to EAGER_RUN more times before
-  it too waits for the flush (measured: about 1.5x the throughput at one task
-  and at 64).  Fully eager submission starves other tasks; fully batched costs
-  an extra loop iteration per operation.
+* **Submission.**  An operation only fills an SQE.  The first of a loop
+  iteration is submitted at once, with eventfd notification off, and what
+  completed inside the submit call is harvested there and returned without a
+  future.  Later operations of the iteration wait for one flush scheduled
+  with ``call_soon``; the task whose result was ready may submit at once up
+  to EAGER_RUN more times first (measured: about 1.5x the throughput at one
+  task and at 64).
 
-* **Backpressure.**  The CQ holds a fixed number of entries.  The kernel keeps
-  overflowing CQEs on a side list (IORING_FEAT_NODROP), but we never lean on
-  that: no more operations are handed to the kernel than the CQ holds (only
-  the ASYNC_CANCELs of cancelled operations may briefly go beyond it).  The
-  rest wait in a FIFO and are prepared as completions free room.  A full SQ is
-  submitted and the preparation retried.
+* **Backpressure.**  No more operations are handed to the kernel than the CQ
+  holds (IORING_FEAT_NODROP is required but never leaned on; only cancelled
+  operations' ASYNC_CANCELs may briefly exceed it); the rest wait in a FIFO.
 
-* **Ownership.**  Every operation the kernel may still touch lives in the
-  in-flight table under an integer key that is never reused, together with
-  every object the kernel reads or writes (the ``ffi.from_buffer`` export of
-  the caller's buffer, which also stops a bytearray from being resized, and
-  the owner of the fd).  An entry leaves the table only when its CQE arrives.
+* **Ownership.**  The in-flight table holds, under a key never reused, every
+  object the kernel may touch, until the operation's CQE arrives.
 
-* **What the kernel has not seen is taken back.**  An op still waiting
-  (backpressure, a full SQ, a retry after a poll), or whose SQE is still in
-  the SQ, unsubmitted, is withdrawn when it is cancelled: its SQE becomes a
-  NOP with the same tag (aior_withdraw), so it never happens, and its caller
-  sees CancelledError at once.  The flush does the same, before it submits,
-  for every op whose caller was cancelled since its SQE was prepared (the
-  task has not run yet to say so), and a waiting op whose caller was
-  cancelled is never prepared.  Once a task's cancel() was called, its op
+* **What the kernel has not seen is taken back.**  A cancelled op still
+  waiting (backpressure, a full SQ, a retry after a poll), or whose SQE is
+  still unsubmitted in the SQ, is withdrawn: its SQE becomes a NOP with the
+  same tag (aior_withdraw) and its caller sees CancelledError at once.  The
+  flush withdraws, before it submits, every op whose caller was cancelled
+  since its SQE was prepared.  Once a task's cancel() was called, its op
   starts only if the kernel had it already.
 
-* **Cancellation never frees.**  When the awaiting task is cancelled and the
-  kernel already has the op, an ASYNC_CANCEL is submitted and the caller
-  keeps waiting, shielded, for the original CQE.  Only then does it see
-  CancelledError, so the caller may reuse its buffer at once.  If the CQE
-  says the operation completed anyway (the cancellation lost the race), the
-  result is returned, so the bytes that were read or written are never lost,
-  and the cancellation is delivered again on the next loop iteration unless
-  the task took it back meanwhile (a timeout block that the task left with
-  the result uncancels it; a task that finished keeps its result).  A loop
-  of reads therefore still ends when cancelled.
+* **Cancellation never frees.**  An op the kernel has gets an ASYNC_CANCEL,
+  and its caller waits, shielded, for the original CQE, so the buffer may be
+  reused at once; a result that arrived anyway is returned (no byte read or
+  written is lost) and the cancellation redelivered at the task's next await
+  unless the task took it back.
 
-* **Closing drains.**  Closing a ring cancels everything in flight and blocks
-  until the table is empty before unmapping the ring.  A ring closes with its
-  loop: ``loop.close`` is wrapped on the loop instance when its ring is made.
+* **Closing drains** (cancel all, wait until the table is empty), and a ring
+  closes with its loop (``loop.close`` is wrapped on the instance).
 
-* **Fork.**  A ring belongs to the process that made it; in a child the
-  registry is cleared at fork (``os.register_at_fork``) and the child's copies
-  of the ring's mappings and fds are dropped without touching the parent's ring.
+* **Fork.**  A child clears the registry at fork and drops its copies of the
+  ring's mappings and fds without touching the parent's ring.
 """
 
 from __future__ import annotations
