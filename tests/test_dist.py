@@ -41,14 +41,15 @@ def _pip(python: str, *args: str) -> None:
 
 def _installed(python: str, cwd: str) -> dict:
     """`python -m aioring --json` as the installed package answers it, with
-    where that package was imported from."""
-    code = ("import aioring, runpy, sys; print(aioring.__file__); "
+    where that package was imported from and the version its metadata says."""
+    code = ("import aioring, importlib.metadata, runpy, sys; print(aioring.__file__); "
+            "print(importlib.metadata.version('aioring')); "
             "sys.argv = ['aioring', '--json']; runpy.run_module('aioring', run_name='__main__')")
     done = subprocess.run([python, "-c", code],
                           capture_output=True, text=True, cwd=cwd, timeout=120, env=_clean_env())
     assert done.returncode == 0, done.stderr
-    where, report = done.stdout.split("\n", 1)
-    return {"file": where, **json.loads(report)}
+    where, metadata_version, report = done.stdout.split("\n", 2)
+    return {"file": where, "metadata_version": metadata_version, **json.loads(report)}
 
 
 def _clean_env() -> dict[str, str]:
@@ -69,7 +70,7 @@ def test_the_wheel_works_from_a_fresh_virtualenv(tmp_path):
 
     report = _installed(python, str(tmp_path))
     assert report["file"].startswith(str(tmp_path / "venv")), report["file"]
-    assert report["aioring"] == aioring.__version__
+    assert report["aioring"] == report["metadata_version"] == aioring.__version__
     assert report["liburing"]["linked"] == "static"
     assert report["backend"] == "io_uring"
     done = subprocess.run([python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *SMOKE],
@@ -86,5 +87,5 @@ def test_the_sdist_builds_and_installs(tmp_path):
     _pip(python, sdist)
     report = _installed(python, str(tmp_path))
     assert report["file"].startswith(str(tmp_path / "venv")), report["file"]
-    assert report["aioring"] == aioring.__version__
+    assert report["aioring"] == report["metadata_version"] == aioring.__version__
     assert report["backend"] == "io_uring"
