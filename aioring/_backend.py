@@ -23,5 +23,7 @@ def backend() -> str:
 
 def statistics() -> dict[str, int]:
     """Counters of the running loop's ring: submit calls, wakeups, completions,
-    operations held back by backpressure, cancellations, and what is in flight."""
+    operations held back by backpressure, cancellations, and what is in flight.
+
+    Raises RuntimeError outside a running event loop."""
     return get_ring(asyncio.get_running_loop()).statistics()

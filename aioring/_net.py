@@ -234,7 +234,9 @@ def _finish_recv(op: Op, res: int) -> bytes:
 
 
 async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
-    """loop.sock_recv: at most `nbytes` bytes from `sock`, b"" at EOF."""
+    """loop.sock_recv: at most `nbytes` bytes from `sock`, b"" at EOF.
+
+    Raises what loop.sock_recv raises."""
     fd = check_socket(sock)
     nbytes = operator.index(nbytes)
     if nbytes < 0:
@@ -262,7 +264,9 @@ async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
 
 
 async def sock_recv_into(sock: socket.socket, buf: Any) -> int:
-    """loop.sock_recv_into: receive into `buf`; the number of bytes, 0 at EOF."""
+    """loop.sock_recv_into: receive into `buf`; the number of bytes, 0 at EOF.
+
+    Raises what loop.sock_recv_into raises."""
     fd = check_socket(sock)
     if _ring._owed:
         _ring._deliver_owed()  # (before the export, which must not be left to the collector)
@@ -314,7 +318,9 @@ async def _recvmsg(sock: socket.socket, cbuf: Any, nbytes: int) -> tuple[int, An
 
 
 async def sock_recvfrom(sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
-    """loop.sock_recvfrom: (data, address) of one datagram (or stream chunk)."""
+    """loop.sock_recvfrom: (data, address) of one datagram (or stream chunk).
+
+    Raises what loop.sock_recvfrom raises."""
     check_socket(sock)
     bufsize = operator.index(bufsize)
     if bufsize < 0:
@@ -325,7 +331,9 @@ async def sock_recvfrom(sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
 
 
 async def sock_recvfrom_into(sock: socket.socket, buf: Any, nbytes: int = 0) -> tuple[int, Any]:
-    """loop.sock_recvfrom_into: (bytes received into buf, address)."""
+    """loop.sock_recvfrom_into: (bytes received into buf, address).
+
+    Raises what loop.sock_recvfrom_into raises."""
     check_socket(sock)
     cbuf = writable_buffer(buf)
     try:
@@ -460,7 +468,9 @@ async def _sendall(fd: int, cbuf: Any, in_turn: bool) -> None:
 
 
 async def sock_sendto(sock: socket.socket, data: Any, address: Any) -> int:
-    """loop.sock_sendto: send one datagram to `address`; the bytes sent."""
+    """loop.sock_sendto: send one datagram to `address`; the bytes sent.
+
+    Raises what loop.sock_sendto raises."""
     fd = check_socket(sock)
     cbuf = readable_buffer(data)
     return await _holding(_sendto(sock, fd, cbuf, address), cbuf)
@@ -482,7 +492,9 @@ async def _sendto(sock: socket.socket, fd: int, cbuf: Any, address: Any) -> int:
 
 # ---------------------------------------------------------------- connect
 async def sock_connect(sock: socket.socket, address: Any) -> None:
-    """loop.sock_connect: connect `sock`, resolving a host name first as the loop does."""
+    """loop.sock_connect: connect `sock`, resolving a host name first as the loop does.
+
+    Raises what loop.sock_connect raises (the resolved address in a connect error)."""
     fd = check_socket(sock)
     loop, ring = _ring_and_loop()
     name, address = await encode_sockaddr(sock, address, loop)
@@ -514,7 +526,9 @@ def _connect_error(exc: OSError, address: Any) -> OSError:
 
 # ----------------------------------------------------------------- accept
 async def sock_accept(sock: socket.socket) -> tuple[socket.socket, Any]:
-    """loop.sock_accept: (a new non-blocking socket, the peer's address)."""
+    """loop.sock_accept: (a new non-blocking socket, the peer's address).
+
+    Raises what loop.sock_accept raises."""
     fd = check_socket(sock)
     loop, ring = _ring_and_loop()
     name = _alloc(_CHARS, _SOCKADDR_SIZE)

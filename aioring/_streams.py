@@ -1187,7 +1187,9 @@ async def open_connection(host: str | None = None, port: int | str | None = None
 
     Tries each address getaddrinfo gives, one after the other, as
     loop.create_connection does; happy_eyeballs_delay and interleave are
-    accepted for compatibility, the attempts are not staggered."""
+    accepted for compatibility, the attempts are not staggered.
+
+    Raises what asyncio.open_connection raises."""
     _check_limit(limit)
     _no_tls(ssl, server_hostname=server_hostname, ssl_handshake_timeout=ssl_handshake_timeout,
             ssl_shutdown_timeout=ssl_shutdown_timeout)
@@ -1254,7 +1256,9 @@ async def open_unix_connection(path: str | bytes | os.PathLike[str] | None = Non
                                ssl_handshake_timeout: float | None = None,
                                ssl_shutdown_timeout: float | None = None,
                                ) -> tuple[StreamReader, StreamWriter]:
-    """asyncio.open_unix_connection over the ring: (reader, writer)."""
+    """asyncio.open_unix_connection over the ring: (reader, writer).
+
+    Raises what asyncio.open_unix_connection raises."""
     _check_limit(limit)
     _no_tls(ssl, server_hostname=server_hostname, ssl_handshake_timeout=ssl_handshake_timeout,
             ssl_shutdown_timeout=ssl_shutdown_timeout)
@@ -1501,7 +1505,9 @@ async def start_server(client_connected_cb: ClientConnected, host: Any = None,
                        ssl_handshake_timeout: float | None = None,
                        ssl_shutdown_timeout: float | None = None) -> Server:
     """asyncio.start_server over the ring: a Server whose connections get
-    (StreamReader, StreamWriter) pairs; `client_connected_cb` may be a coroutine function."""
+    (StreamReader, StreamWriter) pairs; `client_connected_cb` may be a coroutine function.
+
+    Raises what asyncio.start_server raises."""
     _check_limit(limit)
     _no_tls(ssl, ssl_handshake_timeout=ssl_handshake_timeout,
             ssl_shutdown_timeout=ssl_shutdown_timeout)
@@ -1576,7 +1582,9 @@ async def start_unix_server(client_connected_cb: ClientConnected,
                             ssl_handshake_timeout: float | None = None,
                             ssl_shutdown_timeout: float | None = None) -> Server:
     """asyncio.start_unix_server over the ring.  A stale socket file at `path`
-    is replaced, and the file is removed when the server closes, as in 3.13."""
+    is replaced, and the file is removed when the server closes, as in 3.13.
+
+    Raises what asyncio.start_unix_server raises."""
     _check_limit(limit)
     _no_tls(ssl, ssl_handshake_timeout=ssl_handshake_timeout,
             ssl_shutdown_timeout=ssl_shutdown_timeout)
@@ -1638,7 +1646,11 @@ async def open_pipe_reader(pipe: Any, *, limit: int = _DEFAULT_LIMIT) -> StreamR
 
     The reader owns the pipe from here on: closing it (feed_eof at EOF does
     not) is done by its channel, reachable as ``reader._channel``, or when
-    the reader is garbage; a subprocess's stdout works as is."""
+    the reader is garbage; a subprocess's stdout works as is.
+
+    Raises TypeError for neither a file object nor an fd, ValueError (as
+    asyncio's pipe transports) for an fd that is not a pipe, socket or
+    character device, OSError (EBADF) for a closed one."""
     _check_limit(limit)
     loop = asyncio.get_running_loop()
     fd, owner = _pipe_fd(pipe)
@@ -1652,7 +1664,11 @@ async def open_pipe_reader(pipe: Any, *, limit: int = _DEFAULT_LIMIT) -> StreamR
 
 async def open_pipe_writer(pipe: Any) -> StreamWriter:
     """A StreamWriter on the write end of a pipe (a file object or an fd);
-    it owns the pipe: close() (or write_eof()) closes it once the data is out."""
+    it owns the pipe: close() (or write_eof()) closes it once the data is out.
+
+    Raises TypeError for neither a file object nor an fd, ValueError (as
+    asyncio's pipe transports) for an fd that is not a pipe, socket or
+    character device, OSError (EBADF) for a closed one."""
     loop = asyncio.get_running_loop()
     fd, owner = _pipe_fd(pipe)
     _check_pipe(fd)
