@@ -101,6 +101,12 @@ def _ring_and_loop() -> tuple[asyncio.AbstractEventLoop, Ring]:
     return loop, get_ring(loop)
 
 
+def check_mode(sock: socket.socket) -> None:
+    """In the loop's debug mode, a blocking socket is refused, as the loop's sock_* refuse it."""
+    if _get_running_loop().get_debug() and sock.gettimeout() != 0:
+        raise ValueError("the socket must be non-blocking")
+
+
 # --------------------------------------------------------------- addresses
 def _ipv6_scope(scope_id: int, packed: bytes) -> str:
     """getnameinfo's suffix: %interface for link-local addresses with a scope."""
@@ -236,6 +242,7 @@ def _finish_recv(op: Op, res: int) -> bytes:
 async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
     """loop.sock_recv: at most `nbytes` bytes from `sock`, b"" at EOF."""
     fd = check_socket(sock)
+    check_mode(sock)
     nbytes = operator.index(nbytes)
     if nbytes < 0:
         raise ValueError("negative buffersize in recv")
@@ -264,6 +271,7 @@ async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
 async def sock_recv_into(sock: socket.socket, buf: Any) -> int:
     """loop.sock_recv_into: receive into `buf`; the number of bytes, 0 at EOF."""
     fd = check_socket(sock)
+    check_mode(sock)
     if _ring._owed:
         _ring._deliver_owed()  # (before the export, which must not be left to the collector)
     loop, ring = _ring_and_loop()
@@ -316,6 +324,7 @@ async def _recvmsg(sock: socket.socket, cbuf: Any, nbytes: int) -> tuple[int, An
 async def sock_recvfrom(sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
     """loop.sock_recvfrom: (data, address) of one datagram (or stream chunk)."""
     check_socket(sock)
+    check_mode(sock)
     bufsize = operator.index(bufsize)
     if bufsize < 0:
         raise ValueError("negative buffersize in recvfrom")
@@ -327,6 +336,7 @@ async def sock_recvfrom(sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
 async def sock_recvfrom_into(sock: socket.socket, buf: Any, nbytes: int = 0) -> tuple[int, Any]:
     """loop.sock_recvfrom_into: (bytes received into buf, address)."""
     check_socket(sock)
+    check_mode(sock)
     cbuf = writable_buffer(buf)
     try:
         nbytes = operator.index(nbytes)
@@ -419,6 +429,7 @@ async def sock_sendall(sock: socket.socket, data: Any) -> None:
     already taken (part of) the data: that part stays sent, as with the
     loop's, and is never overtaken by a later send."""
     fd = check_socket(sock)
+    check_mode(sock)
     if _ring._owed:
         _ring._deliver_owed()  # (before the export, which must not be left to the collector)
     cbuf = readable_buffer(data)
@@ -462,6 +473,7 @@ async def _sendall(fd: int, cbuf: Any, in_turn: bool) -> None:
 async def sock_sendto(sock: socket.socket, data: Any, address: Any) -> int:
     """loop.sock_sendto: send one datagram to `address`; the bytes sent."""
     fd = check_socket(sock)
+    check_mode(sock)
     cbuf = readable_buffer(data)
     return await _holding(_sendto(sock, fd, cbuf, address), cbuf)
 
@@ -484,6 +496,7 @@ async def _sendto(sock: socket.socket, fd: int, cbuf: Any, address: Any) -> int:
 async def sock_connect(sock: socket.socket, address: Any) -> None:
     """loop.sock_connect: connect `sock`, resolving a host name first as the loop does."""
     fd = check_socket(sock)
+    check_mode(sock)
     loop, ring = _ring_and_loop()
     name, address = await encode_sockaddr(sock, address, loop)
     cname = ffi.from_buffer(_CHARS, name)
@@ -516,6 +529,7 @@ def _connect_error(exc: OSError, address: Any) -> OSError:
 async def sock_accept(sock: socket.socket) -> tuple[socket.socket, Any]:
     """loop.sock_accept: (a new non-blocking socket, the peer's address)."""
     fd = check_socket(sock)
+    check_mode(sock)
     loop, ring = _ring_and_loop()
     name = _alloc(_CHARS, _SOCKADDR_SIZE)
     namelen = ffi.new("socklen_t *", _SOCKADDR_SIZE)
@@ -579,6 +593,7 @@ async def sock_sendfile(sock: socket.socket, file: Any, offset: int = 0, count: 
     is read and sent in chunks when `fallback` is true, otherwise raises
     asyncio.SendfileNotAvailableError."""
     fd = check_socket(sock)
+    check_mode(sock)
     _check_sendfile(sock, file, offset, count)
     try:
         file_fd = file.fileno()

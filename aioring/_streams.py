@@ -39,6 +39,7 @@ import os
 import socket
 import stat
 import sys
+import warnings
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -773,6 +774,9 @@ class _Channel:
             self._owner.close() if not isinstance(self._owner, int) else os.close(self._owner)
         except OSError:
             pass  # the fd is gone either way; nobody is left to tell
+        reader = self._reader
+        if reader is not None and not reader._eof and reader._exception is None:
+            reader.feed_eof()  # the connection is gone, as asyncio's connection_lost says
         self._wake_drainers()
         closed = self._closed_future
         if not closed.done():
@@ -1048,6 +1052,17 @@ class StreamWriter:
         self._loop = loop
         # The channel's own method, without a call in between: the hot path.
         self.write = channel.write  # type: ignore[method-assign]
+
+    def __del__(self, warnings: Any = warnings) -> None:
+        # As asyncio's: a writer dropped unclosed closes its connection, and says so.
+        channel = getattr(self, "_transport", None)
+        if channel is None or channel.is_closing():
+            return
+        if self._loop.is_closed():
+            warnings.warn("loop is closed", ResourceWarning)
+            return
+        self._loop.call_soon(channel.close)  # (not here: a collection may come at any line)
+        warnings.warn(f"unclosed {self!r}", ResourceWarning, source=self)
 
     def __repr__(self) -> str:
         info = [self.__class__.__name__, f"transport={self._transport!r}"]
