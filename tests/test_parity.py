@@ -94,3 +94,37 @@ async def test_debug_mode_refuses_blocking_sockets(socks):
     b.setblocking(False)
     with pytest.raises(BlockingIOError):
         b.recv(1)  # nothing was sent
+
+
+async def test_server_close_closes_the_listeners_at_once():
+    """Server.close() closes its listening sockets there and then, as
+    asyncio's; a connection tried right after is refused."""
+    for api in _STREAMS.values():
+        server = await _echo_server(api)
+        listeners = list(server.sockets)
+        address = listeners[0].getsockname()
+        server.close()
+        assert [s.fileno() for s in listeners] == [-1] * len(listeners)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(address, timeout=5).close()
+        await server.wait_closed()
+
+
+def test_a_server_closed_as_its_loop_ends_leaves_nothing_behind(new_loop):
+    """A server closed just before its loop ends (as at the end of
+    asyncio.run) leaves no task or coroutine behind and no listener open."""
+    loop = new_loop()
+    kept = []
+
+    async def main():
+        server = await aioring.start_server(lambda r, w: None, "127.0.0.1", 0)
+        kept.extend(server.sockets)
+        server.close()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loop.run_until_complete(main())
+        loop.close()
+        gc.collect()
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
+    assert [s.fileno() for s in kept] == [-1]
