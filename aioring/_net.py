@@ -101,6 +101,12 @@ def _ring_and_loop() -> tuple[asyncio.AbstractEventLoop, Ring]:
     return loop, get_ring(loop)
 
 
+def check_mode(sock: socket.socket) -> None:
+    """In the loop's debug mode, a blocking socket is refused, as the loop's sock_* refuse it."""
+    if _get_running_loop().get_debug() and sock.gettimeout() != 0:
+        raise ValueError("the socket must be non-blocking")
+
+
 # --------------------------------------------------------------- addresses
 def _ipv6_scope(scope_id: int, packed: bytes) -> str:
     """getnameinfo's suffix: %interface for link-local addresses with a scope."""
@@ -238,6 +244,7 @@ async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
 
     Raises what loop.sock_recv raises."""
     fd = check_socket(sock)
+    check_mode(sock)
     nbytes = operator.index(nbytes)
     if nbytes < 0:
         raise ValueError("negative buffersize in recv")
@@ -268,6 +275,7 @@ async def sock_recv_into(sock: socket.socket, buf: Any) -> int:
 
     Raises what loop.sock_recv_into raises."""
     fd = check_socket(sock)
+    check_mode(sock)
     if _ring._owed:
         _ring._deliver_owed()  # (before the export, which must not be left to the collector)
     loop, ring = _ring_and_loop()
@@ -322,6 +330,7 @@ async def sock_recvfrom(sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
 
     Raises what loop.sock_recvfrom raises."""
     check_socket(sock)
+    check_mode(sock)
     bufsize = operator.index(bufsize)
     if bufsize < 0:
         raise ValueError("negative buffersize in recvfrom")
@@ -335,6 +344,7 @@ async def sock_recvfrom_into(sock: socket.socket, buf: Any, nbytes: int = 0) -> 
 
     Raises what loop.sock_recvfrom_into raises."""
     check_socket(sock)
+    check_mode(sock)
     cbuf = writable_buffer(buf)
     try:
         nbytes = operator.index(nbytes)
@@ -427,6 +437,7 @@ async def sock_sendall(sock: socket.socket, data: Any) -> None:
     already taken (part of) the data: that part stays sent, as with the
     loop's, and is never overtaken by a later send."""
     fd = check_socket(sock)
+    check_mode(sock)
     if _ring._owed:
         _ring._deliver_owed()  # (before the export, which must not be left to the collector)
     cbuf = readable_buffer(data)
@@ -472,6 +483,7 @@ async def sock_sendto(sock: socket.socket, data: Any, address: Any) -> int:
 
     Raises what loop.sock_sendto raises."""
     fd = check_socket(sock)
+    check_mode(sock)
     cbuf = readable_buffer(data)
     return await _holding(_sendto(sock, fd, cbuf, address), cbuf)
 
@@ -496,6 +508,7 @@ async def sock_connect(sock: socket.socket, address: Any) -> None:
 
     Raises what loop.sock_connect raises (the resolved address in a connect error)."""
     fd = check_socket(sock)
+    check_mode(sock)
     loop, ring = _ring_and_loop()
     name, address = await encode_sockaddr(sock, address, loop)
     cname = ffi.from_buffer(_CHARS, name)
@@ -530,6 +543,7 @@ async def sock_accept(sock: socket.socket) -> tuple[socket.socket, Any]:
 
     Raises what loop.sock_accept raises."""
     fd = check_socket(sock)
+    check_mode(sock)
     loop, ring = _ring_and_loop()
     name = _alloc(_CHARS, _SOCKADDR_SIZE)
     namelen = ffi.new("socklen_t *", _SOCKADDR_SIZE)
@@ -593,6 +607,7 @@ async def sock_sendfile(sock: socket.socket, file: Any, offset: int = 0, count: 
     is read and sent in chunks when `fallback` is true, otherwise raises
     asyncio.SendfileNotAvailableError."""
     fd = check_socket(sock)
+    check_mode(sock)
     _check_sendfile(sock, file, offset, count)
     try:
         file_fd = file.fileno()

@@ -39,11 +39,12 @@ import os
 import socket
 import stat
 import sys
+import warnings
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from ._liburing import ffi, lib
-from ._net import check_socket, sock_accept, sock_connect
+from ._net import check_socket, sock_connect
 from ._ops import MAX_RW, check_fd, pace
 from ._ring import _DONE as _OP_DONE
 from ._ring import _WAITING as _OP_WAITING
@@ -773,6 +774,9 @@ class _Channel:
             self._owner.close() if not isinstance(self._owner, int) else os.close(self._owner)
         except OSError:
             pass  # the fd is gone either way; nobody is left to tell
+        reader = self._reader
+        if reader is not None and not reader._eof and reader._exception is None:
+            reader.feed_eof()  # the connection is gone, as asyncio's connection_lost says
         self._wake_drainers()
         closed = self._closed_future
         if not closed.done():
@@ -1051,6 +1055,17 @@ class StreamWriter:
         # The channel's own method, without a call in between: the hot path.
         self.write = channel.write  # type: ignore[method-assign]
 
+    def __del__(self, warnings: Any = warnings) -> None:
+        # As asyncio's: a writer dropped unclosed closes its connection, and says so.
+        channel = getattr(self, "_transport", None)
+        if channel is None or channel.is_closing():
+            return
+        if self._loop.is_closed():
+            warnings.warn("loop is closed", ResourceWarning)
+            return
+        self._loop.call_soon(channel.close)  # (not here: a collection may come at any line)
+        warnings.warn(f"unclosed {self!r}", ResourceWarning, source=self)
+
     def __repr__(self) -> str:
         info = [self.__class__.__name__, f"transport={self._transport!r}"]
         if self._reader is not None:
@@ -1283,6 +1298,100 @@ async def open_unix_connection(path: str | bytes | os.PathLike[str] | None = Non
 
 
 # ------------------------------------------------------------------ server
+class _Acceptor:
+    """The accepts of one listening socket: one ring op, started again after
+    each connection, whose CQE comes straight here (the ring's sink), as
+    asyncio's loop accepts from a reader callback: no task, so a server
+    closed as its loop ends leaves nothing pending behind."""
+
+    def __init__(self, server: Server, listener: socket.socket) -> None:
+        self._server = server
+        self._listener = listener
+        self._loop = server._loop
+        self._ring = get_ring(self._loop)
+        self._name = _alloc(_CHARS, lib.aior_sockaddr_storage_size())
+        self._namelen = ffi.new("socklen_t *")
+        fd = listener.fileno()
+        self._accept_args = (fd, ffi.cast("struct sockaddr *", self._name), self._namelen, lib.SOCK_CLOEXEC)
+        self._poll_args = (fd, _POLLIN)
+        op = self._op = Op(None, lib.aior_prep_accept, self._accept_args, None, None, 0)
+        op.unbounded = True
+        op.sink = self._accepted
+        # A kernel that hands a non-blocking listener's EAGAIN back: the op
+        # polls for a connection first, then accepts.
+        self._polling = False
+        self._stopped = False
+        self._failed = 0  # accepts that failed in a row (see _accepted)
+        self._later: asyncio.Handle | None = None
+
+    def accept(self) -> None:
+        self._later = None
+        if self._stopped:
+            return
+        op = self._op
+        if self._polling:
+            op.prep, op.args = lib.aior_prep_poll, self._poll_args
+        else:
+            self._namelen[0] = len(self._name)
+            op.prep, op.args = lib.aior_prep_accept, self._accept_args
+        try:
+            self._ring.restart(self._loop, op)
+        except RuntimeError:  # the loop's ring is closed: the loop is ending
+            self._stopped = True
+
+    def stop(self) -> None:
+        """The server closed: accept no more (the listener was shut down)."""
+        self._stopped = True
+        if self._later is not None:
+            self._later.cancel()
+            self._later = None
+        if self._op.state != _OP_DONE:
+            self._ring.cancel(self._op)
+
+    def _accepted(self, res: int) -> None:
+        """The CQE of the accept, or of its poll (the ring's sink)."""
+        if self._polling and res >= 0:
+            self._polling = False
+            self._later = self._loop.call_soon(self.accept)
+            return
+        self._polling = False
+        if res >= 0:
+            self._failed = 0
+            conn = socket.socket(self._listener.family, self._listener.type, self._listener.proto, fileno=res)
+            if self._stopped:
+                conn.close()  # accepted as the server closed: refused, as from the backlog
+                return
+            conn.setblocking(False)
+            self._server._connected(conn)
+            # The next accept from the loop, not from inside this completion
+            # (where a backlog of connections would recurse).
+            self._later = self._loop.call_soon(self.accept)
+            return
+        if self._stopped or res == -_ECANCELED:
+            self._stopped = True  # closed, or its loop's ring closing
+            return
+        exc = os_error(res)
+        if isinstance(exc, (ConnectionAbortedError, BlockingIOError, InterruptedError)):
+            self._polling = isinstance(exc, BlockingIOError)
+            self._later = self._loop.call_soon(self.accept)
+            return
+        if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+            # As asyncio: out of fds or memory; say so and retry in a second.
+            self._loop.call_exception_handler({
+                "message": "socket.accept() out of system resource", "exception": exc,
+                "socket": self._listener})
+            self._later = self._loop.call_later(1, self.accept)
+            return
+        # Any other error of one accept (EPROTO, EPERM from a firewall hook):
+        # asyncio's loop logs it and goes on listening.  (An error that comes
+        # back at every try would spin: wait longer each time, up to 1 s.)
+        self._loop.call_exception_handler({
+            "message": "Error accepting a connection", "exception": exc, "socket": self._listener})
+        delay = min(1.0, 0.001 * (1 << min(self._failed, 10))) if self._failed else 0
+        self._failed += 1
+        self._later = self._loop.call_later(delay, self.accept)
+
+
 ClientConnected = Callable[[StreamReader, StreamWriter], Awaitable[None] | None]
 
 
@@ -1299,14 +1408,13 @@ class Server:
         self._limit = limit
         self._backlog = backlog
         self._unix_path = unix_path
-        self._accepters: list[asyncio.Task[None]] = []
+        self._accepters: list[_Acceptor] = []
         self._serving = False
         self._closed = False
         self._serving_forever: asyncio.Future[None] | None = None
         self._writers: set[StreamWriter] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
         self._all_closed: asyncio.Future[None] = loop.create_future()
-        self._accepters_closing: asyncio.Task[None] | None = None
         self._listeners_closed = False
 
     def __repr__(self) -> str:
@@ -1336,35 +1444,9 @@ class Server:
         self._serving = True
         for sock in self._sockets:
             sock.listen(self._backlog)
-            self._accepters.append(self._loop.create_task(self._accept(sock)))
-
-    async def _accept(self, listener: socket.socket) -> None:
-        failed = 0  # accepts that failed in a row (see below)
-        while True:
-            try:
-                conn, _ = await sock_accept(listener)
-            except (ConnectionAbortedError, BlockingIOError, InterruptedError):
-                continue
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    # As asyncio: out of fds or memory; say so and retry in a second.
-                    self._loop.call_exception_handler({
-                        "message": "socket.accept() out of system resource", "exception": exc,
-                        "socket": listener})
-                    await asyncio.sleep(1)
-                    continue
-                if self._closed or listener.fileno() == -1:
-                    raise
-                # Any other error of one accept (EPROTO, EPERM from a firewall
-                # hook): asyncio's loop logs it and goes on listening.
-                self._loop.call_exception_handler({
-                    "message": "Error accepting a connection", "exception": exc, "socket": listener})
-                # (An error that comes back at every try would spin: wait longer each time, up to 1 s.)
-                await asyncio.sleep(min(1.0, 0.001 * (1 << min(failed, 10))) if failed else 0)
-                failed += 1
-                continue
-            failed = 0
-            self._connected(conn)
+            acceptor = _Acceptor(self, sock)
+            self._accepters.append(acceptor)
+            acceptor.accept()
 
     def _connected(self, conn: socket.socket) -> None:
         reader, writer = _streams_for(conn, self._limit, self._loop)
@@ -1423,24 +1505,14 @@ class Server:
                 pass
         self._remove_unix_path()
         accepters, self._accepters = self._accepters, []
-        for task in accepters:
-            task.cancel()
-
-        async def close_listeners() -> None:
-            # The kernel lets go of a listener when its accept ended: close it then.
-            await asyncio.gather(*accepters, return_exceptions=True)
-            for sock in listeners:
-                sock.close()
-            self._listeners_closed = True
-            self._check_all_closed()
-
-        if accepters:
-            self._accepters_closing = self._loop.create_task(close_listeners())
-        else:
-            for sock in listeners:
-                sock.close()
-            self._listeners_closed = True
-            self._check_all_closed()
+        for acceptor in accepters:
+            acceptor.stop()
+        # Closed now, as asyncio's: an accept still in flight holds the
+        # listener's file, not its fd, and ends at the shutdown above.
+        for sock in listeners:
+            sock.close()
+        self._listeners_closed = True
+        self._check_all_closed()
         if self._serving_forever is not None and not self._serving_forever.done():
             self._serving_forever.cancel()
 

@@ -513,14 +513,14 @@ async def test_a_failed_accept_is_reported_and_the_server_goes_on(monkeypatch, l
     """One accept that fails with an error of its own (EPROTO here): asyncio's
     loop reports it to the exception handler and keeps listening."""
     from aioring import _streams
-    real = _streams.sock_accept
-    failures = [OSError(errno.EPROTO, os.strerror(errno.EPROTO))]
+    real = _streams._Acceptor.accept
+    failures = [-errno.EPROTO]
 
-    async def accept(listener):
+    def accept(self):
         if failures:
-            raise failures.pop()
-        return await real(listener)
-    monkeypatch.setattr(_streams, "sock_accept", accept)
+            return self._accepted(failures.pop())  # as the CQE of a failed accept
+        return real(self)
+    monkeypatch.setattr(_streams._Acceptor, "accept", accept)
     served = asyncio.get_running_loop().create_future()
 
     def handler(reader, writer):
