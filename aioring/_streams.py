@@ -41,7 +41,7 @@ import stat
 import sys
 import warnings
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._liburing import ffi, lib
 from ._net import check_socket, sock_connect
@@ -49,6 +49,9 @@ from ._ops import MAX_RW, check_fd, pace
 from ._ring import _DONE as _OP_DONE
 from ._ring import _WAITING as _OP_WAITING
 from ._ring import Op, get_ring, os_error, ready
+
+if TYPE_CHECKING:
+    from . import _tls  # (imported when a connection asks for TLS: ssl is not light)
 
 __all__ = ["Server", "StreamReader", "StreamWriter", "open_connection", "open_pipe_reader",
            "open_pipe_writer", "open_unix_connection", "start_server", "start_unix_server"]
@@ -812,6 +815,8 @@ class StreamReader(asyncio.StreamReader):
 
     _channel: _Channel | None = None
     _busy: asyncio.Future[None] | None = None
+    # Over TLS, the layer that decrypts this reader's data (and _channel is None).
+    _tls: _tls.TLSLayer | None = None
 
     def _attach(self, channel: _Channel) -> None:
         self._channel = channel
@@ -827,6 +832,8 @@ class StreamReader(asyncio.StreamReader):
         self._waiter = self._busy
 
     async def _wait_for_data(self, func_name: str) -> None:
+        if self._tls is not None:
+            return await self._tls.wait_for_data(self, func_name)
         channel = self._channel
         if channel is None:
             return await super()._wait_for_data(func_name)  # type: ignore[misc]
@@ -864,19 +871,23 @@ class StreamReader(asyncio.StreamReader):
     def close(self) -> None:
         """Close the channel the reader receives from (a pipe reader's pipe);
         a receive in flight ends as at EOF."""
-        if self._channel is not None:
-            self._channel.close()
+        transport = self._tls or self._channel
+        if transport is not None:
+            transport.close()
 
     async def wait_closed(self) -> None:
         """Wait until the stream's fd is closed; raises the error that ended the connection, if one did."""
-        if self._channel is not None:
-            await self._channel.wait_closed()
+        transport = self._tls or self._channel
+        if transport is not None:
+            await transport.wait_closed()
 
     async def readinto(self, buf: Any) -> int:
         """Read at least one byte into `buf` (0 at EOF): buffered bytes first,
         otherwise one receive straight into `buf`."""
         view = _buffer_view(buf, "readinto")
         try:
+            if self._tls is not None:
+                return await self._tls.readinto(self, view)
             return await self._readinto(view)
         finally:
             _let_go(view)
@@ -922,8 +933,10 @@ class StreamReader(asyncio.StreamReader):
         Buffered bytes are copied first; the rest is received straight into
         `buf`.  If the task is cancelled, the bytes already received go back
         in front of the buffer: the next read returns them."""
-        kind = type(buf)
-        if kind is bytearray or (kind is memoryview and buf.format == "B" and buf.ndim == 1
+        kind: Any = type(buf)
+        if self._tls is not None:
+            kind = None  # (decrypted straight into buf, below)
+        elif kind is bytearray or (kind is memoryview and buf.format == "B" and buf.ndim == 1
                                  and buf.c_contiguous and not buf.readonly):
             n = len(buf)
             if n < _READ_AHEAD:
@@ -959,6 +972,8 @@ class StreamReader(asyncio.StreamReader):
                 return n
         view = _buffer_view(buf, "readinto_exactly")
         try:
+            if self._tls is not None:
+                return await self._tls.readinto_exactly(self, view)
             return await self._readinto_exactly(view)
         finally:
             _let_go(view)
@@ -1045,11 +1060,13 @@ def _let_go(view: memoryview) -> None:
 
 
 class StreamWriter:
-    """asyncio's StreamWriter methods over a ring channel."""
+    """asyncio's StreamWriter methods over a ring channel (or the TLS layer over one)."""
+
+    _server_side = False  # a server's connection: start_tls() takes the server's part
 
     def __init__(self, channel: _Channel, reader: StreamReader | None,
                  loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = channel
+        self._transport: Any = channel
         self._reader = reader
         self._loop = loop
         # The channel's own method, without a call in between: the hot path.
@@ -1073,9 +1090,10 @@ class StreamWriter:
         return "<{}>".format(" ".join(info))
 
     @property
-    def transport(self) -> _Channel:
+    def transport(self) -> Any:
         """The stream's transport, as asyncio.StreamWriter.transport: set_write_buffer_limits,
-        pause_reading, resume_reading, is_reading, get_extra_info, close, abort."""
+        pause_reading, resume_reading, is_reading, get_extra_info, close, abort (over TLS,
+        the TLS layer's, with asyncio's TLS transport's get_extra_info names)."""
         return self._transport
 
     def write(self, data: Any) -> None:
@@ -1121,6 +1139,28 @@ class StreamWriter:
         if channel._pending_size <= channel._high and channel._write_exc is None and not channel._closing:
             return  # the common case, without a second coroutine; the iteration's flush sends
         await channel.drain()
+
+    async def start_tls(self, sslcontext: Any, *, server_hostname: str | None = None,
+                        ssl_handshake_timeout: float | None = None,
+                        ssl_shutdown_timeout: float | None = None) -> None:
+        """asyncio.StreamWriter.start_tls: upgrade this connection to TLS in
+        place (the server's part for a server's connection); this writer and
+        its reader carry plaintext over TLS from then on.  Raises TypeError for
+        a context that is not an ssl.SSLContext or a connection that is TLS
+        already, and what the handshake raises (see open_connection)."""
+        import ssl
+
+        from . import _tls
+        if not isinstance(sslcontext, ssl.SSLContext):
+            raise TypeError(f"sslcontext is expected to be an instance of ssl.SSLContext, "
+                            f"got {sslcontext!r}")
+        if not isinstance(self._transport, _Channel) or self._reader is None:
+            raise TypeError(f"transport {self._transport!r} is not supported by start_tls()")
+        _tls.client_context(sslcontext, None, server_hostname or "", ssl_handshake_timeout,
+                            ssl_shutdown_timeout, func="start_tls")
+        await self.drain()
+        await _secure(self._reader, self, sslcontext, self._server_side, server_hostname,
+                      ssl_handshake_timeout, ssl_shutdown_timeout)
 
 
 # ------------------------------------------------------------ constructors
@@ -1180,13 +1220,55 @@ def _check_limit(limit: int) -> None:
         raise ValueError("Limit cannot be <= 0")
 
 
-def _no_tls(ssl: Any, **ssl_only: Any) -> None:
-    if ssl:
-        raise ValueError("aioring streams carry plain TCP and unix sockets; "
-                         "use asyncio's streams for TLS")
-    for name, value in ssl_only.items():
-        if value is not None:
-            raise ValueError(f"{name} is only meaningful with ssl")
+# ------------------------------------------------------------- the TLS seam
+async def _secure(reader: StreamReader, writer: StreamWriter, context: Any, server_side: bool,
+                  server_hostname: str | None, handshake_timeout: float | None,
+                  shutdown_timeout: float | None) -> None:
+    """Put a TLS layer between the channel under `writer` and the program:
+    after the handshake, `reader` decrypts through it and `writer` writes to it.
+    The channel's data goes to a plain reader of the layer's own."""
+    from . import _tls
+    channel = writer._transport
+    raw_reader = StreamReader(loop=channel._loop)
+    raw_reader._attach(channel)
+    layer = _tls.TLSLayer(channel._loop, channel, raw_reader, context, server_side=server_side,
+                          server_hostname=server_hostname, handshake_timeout=handshake_timeout,
+                          shutdown_timeout=shutdown_timeout)
+    await layer.handshake()
+    layer.attach(reader)
+    reader._channel = None
+    reader._tls = layer
+    writer._transport = layer
+    writer.write = layer.write  # type: ignore[method-assign]
+
+
+def _client_tls(ssl: Any, host: Any, server_hostname: str | None, handshake_timeout: float | None,
+                shutdown_timeout: float | None, **how: Any) -> tuple[Any, str | None]:
+    """(context or None, name to verify): the TLS arguments of a connection, checked."""
+    if not ssl and server_hostname is None and handshake_timeout is shutdown_timeout is None:
+        return None, None
+    from . import _tls
+    return _tls.client_context(ssl, host, server_hostname, handshake_timeout, shutdown_timeout, **how)
+
+
+def _server_tls(ssl: Any, handshake_timeout: float | None, shutdown_timeout: float | None,
+                func: str = "create_server") -> Any:
+    """The context of a TLS server (None: plain), its TLS arguments checked."""
+    if ssl is None and handshake_timeout is shutdown_timeout is None:
+        return None
+    from . import _tls
+    return _tls.server_context(ssl, handshake_timeout, shutdown_timeout, func)
+
+
+async def _tls_streams(sock: socket.socket, limit: int, loop: asyncio.AbstractEventLoop,
+                       context: Any, server_hostname: str | None, handshake_timeout: float | None,
+                       shutdown_timeout: float | None) -> tuple[StreamReader, StreamWriter]:
+    """The streams of a connected socket, over TLS when `context` is given."""
+    reader, writer = _streams_for(sock, limit, loop)
+    if context is not None:
+        await _secure(reader, writer, context, False, server_hostname, handshake_timeout,
+                      shutdown_timeout)
+    return reader, writer
 
 
 async def open_connection(host: str | None = None, port: int | str | None = None, *,
@@ -1204,14 +1286,21 @@ async def open_connection(host: str | None = None, port: int | str | None = None
     loop.create_connection does; happy_eyeballs_delay and interleave are
     accepted for compatibility, the attempts are not staggered.
 
-    Raises what asyncio.open_connection raises."""
+    Raises what asyncio.open_connection raises.  With `ssl` (an ssl.SSLContext,
+    or True for ssl.create_default_context()), the connection is TLS, as
+    asyncio's: ValueError for TLS arguments without ssl (or no name to
+    verify), ssl.SSLCertVerificationError for a certificate that fails
+    verification, ConnectionAbortedError when the handshake takes longer than
+    ssl_handshake_timeout (60 s), and ConnectionResetError when the peer
+    closes during it."""
     _check_limit(limit)
-    _no_tls(ssl, server_hostname=server_hostname, ssl_handshake_timeout=ssl_handshake_timeout,
-            ssl_shutdown_timeout=ssl_shutdown_timeout)
+    context, server_hostname = _client_tls(ssl, host, server_hostname, ssl_handshake_timeout,
+                                           ssl_shutdown_timeout)
+    tls = (context, server_hostname, ssl_handshake_timeout, ssl_shutdown_timeout)
     loop = asyncio.get_running_loop()
     if sock is not None:
         _check_given_socket(sock, host, port)
-        return _streams_for(sock, limit, loop)
+        return await _tls_streams(sock, limit, loop, *tls)
     if host is None and port is None:
         raise ValueError("host and port was not specified and no sock specified")
     _check_port(port, "connect")
@@ -1254,7 +1343,7 @@ async def open_connection(host: str | None = None, port: int | str | None = None
         except BaseException:
             conn.close()
             raise
-        return _streams_for(conn, limit, loop)
+        return await _tls_streams(conn, limit, loop, *tls)
     if all_errors and sys.version_info >= (3, 11):
         raise ExceptionGroup("create_connection failed", exceptions)  # noqa: F821
     if len(exceptions) == 1:
@@ -1271,12 +1360,14 @@ async def open_unix_connection(path: str | bytes | os.PathLike[str] | None = Non
                                ssl_handshake_timeout: float | None = None,
                                ssl_shutdown_timeout: float | None = None,
                                ) -> tuple[StreamReader, StreamWriter]:
-    """asyncio.open_unix_connection over the ring: (reader, writer).
+    """asyncio.open_unix_connection over the ring: (reader, writer); TLS with
+    `ssl`, as open_connection's (server_hostname is then required).
 
     Raises what asyncio.open_unix_connection raises."""
     _check_limit(limit)
-    _no_tls(ssl, server_hostname=server_hostname, ssl_handshake_timeout=ssl_handshake_timeout,
-            ssl_shutdown_timeout=ssl_shutdown_timeout)
+    context, server_hostname = _client_tls(ssl, None, server_hostname, ssl_handshake_timeout,
+                                           ssl_shutdown_timeout, unix=True, func="create_unix_connection")
+    tls = (context, server_hostname, ssl_handshake_timeout, ssl_shutdown_timeout)
     loop = asyncio.get_running_loop()
     if sock is not None:
         if path is not None:
@@ -1284,7 +1375,7 @@ async def open_unix_connection(path: str | bytes | os.PathLike[str] | None = Non
         check_socket(sock)
         if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
             raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
-        return _streams_for(sock, limit, loop)
+        return await _tls_streams(sock, limit, loop, *tls)
     if path is None:
         raise ValueError("no path and sock were specified")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0)
@@ -1294,7 +1385,7 @@ async def open_unix_connection(path: str | bytes | os.PathLike[str] | None = Non
     except BaseException:
         conn.close()
         raise
-    return _streams_for(conn, limit, loop)
+    return await _tls_streams(conn, limit, loop, *tls)
 
 
 # ------------------------------------------------------------------ server
@@ -1401,8 +1492,9 @@ class Server:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sockets: list[socket.socket],
                  callback: ClientConnected, limit: int, backlog: int,
-                 unix_path: str | bytes | None = None) -> None:
+                 unix_path: str | bytes | None = None, tls: tuple[Any, ...] | None = None) -> None:
         self._loop = loop
+        self._tls = tls  # (context, handshake timeout, shutdown timeout) of a TLS server
         self._sockets = sockets
         self._callback = callback
         self._limit = limit
@@ -1450,18 +1542,38 @@ class Server:
 
     def _connected(self, conn: socket.socket) -> None:
         reader, writer = _streams_for(conn, self._limit, self._loop)
+        writer._server_side = True
         self._writers.add(writer)
         closed = writer._transport._closed_future
         closed.add_done_callback(lambda _: self._forget(writer))
+        if self._tls is not None:
+            self._handle(self._secured(reader, writer), writer)
+            return
         try:
             res = self._callback(reader, writer)
         except Exception as exc:
             self._report(exc, writer)
             return
         if asyncio.iscoroutine(res):
-            task = self._loop.create_task(res)
-            self._handlers.add(task)
-            task.add_done_callback(lambda t: self._handler_done(t, writer))
+            self._handle(res, writer)
+
+    def _handle(self, coro: Any, writer: StreamWriter) -> None:
+        task = self._loop.create_task(coro)
+        self._handlers.add(task)
+        task.add_done_callback(lambda t: self._handler_done(t, writer))
+
+    async def _secured(self, reader: StreamReader, writer: StreamWriter) -> None:
+        """A TLS server's connection: the handshake, then the callback.  A
+        handshake that fails closes the connection quietly, as asyncio's server."""
+        assert self._tls is not None
+        context, handshake_timeout, shutdown_timeout = self._tls
+        try:
+            await _secure(reader, writer, context, True, None, handshake_timeout, shutdown_timeout)
+        except OSError:
+            return
+        res = self._callback(reader, writer)
+        if asyncio.iscoroutine(res):
+            await res
 
     def _handler_done(self, task: asyncio.Task[Any], writer: StreamWriter) -> None:
         self._handlers.discard(task)
@@ -1579,10 +1691,13 @@ async def start_server(client_connected_cb: ClientConnected, host: Any = None,
     """asyncio.start_server over the ring: a Server whose connections get
     (StreamReader, StreamWriter) pairs; `client_connected_cb` may be a coroutine function.
 
-    Raises what asyncio.start_server raises."""
+    Raises what asyncio.start_server raises.  With `ssl` (an ssl.SSLContext;
+    TypeError for a bool), each connection is TLS and the callback runs after
+    its handshake, as asyncio's; a handshake that fails or takes longer than
+    ssl_handshake_timeout closes the connection without calling it."""
     _check_limit(limit)
-    _no_tls(ssl, ssl_handshake_timeout=ssl_handshake_timeout,
-            ssl_shutdown_timeout=ssl_shutdown_timeout)
+    context = _server_tls(ssl, ssl_handshake_timeout, ssl_shutdown_timeout)
+    tls = None if context is None else (context, ssl_handshake_timeout, ssl_shutdown_timeout)
     loop = asyncio.get_running_loop()
     if sock is not None:
         _check_given_socket(sock, host, port)
@@ -1593,7 +1708,7 @@ async def start_server(client_connected_cb: ClientConnected, host: Any = None,
         s.setblocking(False)
         if keep_alive:  # 3.13's option: accepted sockets inherit it
             s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, True)
-    server = Server(loop, sockets, client_connected_cb, limit, backlog)
+    server = Server(loop, sockets, client_connected_cb, limit, backlog, tls=tls)
     if start_serving:
         server._start()
         await asyncio.sleep(0)
@@ -1655,11 +1770,12 @@ async def start_unix_server(client_connected_cb: ClientConnected,
                             ssl_shutdown_timeout: float | None = None) -> Server:
     """asyncio.start_unix_server over the ring.  A stale socket file at `path`
     is replaced, and the file is removed when the server closes, as in 3.13.
+    TLS with `ssl`, as start_server's.
 
     Raises what asyncio.start_unix_server raises."""
     _check_limit(limit)
-    _no_tls(ssl, ssl_handshake_timeout=ssl_handshake_timeout,
-            ssl_shutdown_timeout=ssl_shutdown_timeout)
+    context = _server_tls(ssl, ssl_handshake_timeout, ssl_shutdown_timeout, "create_unix_server")
+    tls = None if context is None else (context, ssl_handshake_timeout, ssl_shutdown_timeout)
     loop = asyncio.get_running_loop()
     unix_path: str | bytes | None = None
     if path is not None:
@@ -1689,7 +1805,7 @@ async def start_unix_server(client_connected_cb: ClientConnected,
         if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
             raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
     sock.setblocking(False)
-    server = Server(loop, [sock], client_connected_cb, limit, backlog, unix_path)
+    server = Server(loop, [sock], client_connected_cb, limit, backlog, unix_path, tls=tls)
     if start_serving:
         server._start()
         await asyncio.sleep(0)

@@ -1,0 +1,524 @@
+"""L4, over the streams: TLS for aioring's streams, as asyncio's sslproto gives it.
+
+The ring carries ciphertext.  An ``ssl.SSLObject`` between two
+``ssl.MemoryBIO`` objects turns it into plaintext and back, and nothing of
+it blocks: the TLS library reads records from the incoming BIO and writes
+records to the outgoing one, and says ``SSLWantReadError`` when it needs
+bytes that have not come yet.
+
+The layer meets the plain stream at one seam, the plain stream's own API:
+ciphertext is read with a plain ``StreamReader``'s ``read()`` and written
+with its channel's ``write()``; closing goes through the channel's
+``close()``, ``abort()`` and ``wait_closed()``.  Towards the program it is
+the transport of the ``StreamWriter`` (``write``, ``drain``, ``close``,
+``get_extra_info`` ...) and the source of the ``StreamReader``'s data: a read
+that finds the reader's buffer empty asks the layer, which decrypts what the
+incoming BIO holds, and reads more ciphertext only when that is not enough.
+``readinto`` and ``readinto_exactly`` decrypt straight into the caller's
+buffer (``SSLObject.read(n, buffer)``); the other reads fill the reader's
+buffer, so asyncio's read, readline, readuntil and readexactly work as they
+are.
+
+Decrypting is synchronous, so a read cancelled while it waits for
+ciphertext loses nothing: the ciphertext read either returned its bytes (they
+are in the incoming BIO before anything else runs) or never took any; a
+cancelled ``readinto_exactly`` puts what it decrypted back in front of the
+reader's buffer.
+
+What asyncio does, and so this layer: a handshake that takes longer than
+``ssl_handshake_timeout`` ends in ``ConnectionAbortedError``; a peer that
+closes during the handshake, in ``ConnectionResetError``; a certificate that
+fails verification, in ``ssl.SSLCertVerificationError``.  A peer that
+closes without close_notify ends the stream as EOF; a close_notify ends it as
+EOF too, and is answered with one.  ``close()`` sends close_notify and waits
+up to ``ssl_shutdown_timeout`` for the peer's before it closes the socket
+(``wait_closed()`` then raises ``TimeoutError`` on Python 3.11 and later,
+whose asyncio has that timeout).  TLS has no half-close: ``write_eof()``
+raises ``NotImplementedError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._streams import StreamReader, _Channel
+
+__all__ = ["TLSLayer", "client_context", "server_context"]
+
+HANDSHAKE_TIMEOUT = 60.0  # asyncio's constants.SSL_HANDSHAKE_TIMEOUT
+SHUTDOWN_TIMEOUT = 30.0  # asyncio's constants.SSL_SHUTDOWN_TIMEOUT
+_CHUNK = 256 * 1024  # ciphertext read at a time, plaintext decrypted at a time
+_WANT = (ssl.SSLWantReadError, ssl.SSLWantWriteError)
+_HAS_SHUTDOWN_TIMEOUT = sys.version_info >= (3, 11)
+
+
+def _check_timeouts(func: str, handshake: float | None, shutdown: float | None) -> None:
+    if shutdown is not None and not _HAS_SHUTDOWN_TIMEOUT:
+        raise TypeError(f"{func}() got an unexpected keyword argument 'ssl_shutdown_timeout'")
+    for name, value in (("ssl_handshake_timeout", handshake), ("ssl_shutdown_timeout", shutdown)):
+        if value is not None and value <= 0:
+            raise ValueError(f"{name} should be a positive number, got {value}")
+
+
+def _only_with_ssl(**ssl_only: Any) -> None:
+    for name, value in ssl_only.items():
+        if value is not None:
+            raise ValueError(f"{name} is only meaningful with ssl")
+
+
+def client_context(ssl_arg: Any, host: Any, server_hostname: str | None, handshake_timeout: float | None,
+                   shutdown_timeout: float | None, *, unix: bool = False,
+                   func: str = "create_connection") -> tuple[ssl.SSLContext | None, str | None]:
+    """The checks of loop.create_connection (create_unix_connection with
+    `unix`) for its TLS arguments, made before anything connects:
+    (the context or None for plain TCP, the name to verify)."""
+    if not ssl_arg:
+        _only_with_ssl(server_hostname=server_hostname, ssl_handshake_timeout=handshake_timeout,
+                       ssl_shutdown_timeout=shutdown_timeout)
+        if shutdown_timeout is None or _HAS_SHUTDOWN_TIMEOUT:
+            return None, None
+    if server_hostname is None:
+        if unix:
+            raise ValueError("you have to pass server_hostname when using ssl")
+        if not host:
+            raise ValueError("You must set server_hostname when using ssl without a host")
+        server_hostname = host
+    _check_timeouts(func, handshake_timeout, shutdown_timeout)
+    if isinstance(ssl_arg, ssl.SSLContext):
+        return ssl_arg, server_hostname or None
+    # ssl=True: asyncio's default client context.
+    context = ssl.create_default_context()
+    if not server_hostname:
+        context.check_hostname = False
+    return context, server_hostname or None
+
+
+def server_context(ssl_arg: Any, handshake_timeout: float | None, shutdown_timeout: float | None,
+                   func: str = "create_server") -> ssl.SSLContext | None:
+    """The checks of loop.create_server for its TLS arguments: the context or None."""
+    if isinstance(ssl_arg, bool):
+        raise TypeError("ssl argument must be an SSLContext or None")
+    if ssl_arg is None:
+        _only_with_ssl(ssl_handshake_timeout=handshake_timeout, ssl_shutdown_timeout=shutdown_timeout)
+        if shutdown_timeout is None or _HAS_SHUTDOWN_TIMEOUT:
+            return None
+    _check_timeouts(func, handshake_timeout, shutdown_timeout)
+    if not isinstance(ssl_arg, ssl.SSLContext):
+        raise ValueError("Server side SSL needs a valid SSLContext")
+    return ssl_arg
+
+
+class TLSLayer:
+    """The TLS state of one connection, and the transport of its StreamWriter.
+
+    `raw` is the plain channel (its fd, its sends) and `raw_reader` a plain
+    StreamReader on it, both owned by the layer from here on."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, raw: _Channel, raw_reader: StreamReader,
+                 context: ssl.SSLContext, *, server_side: bool, server_hostname: str | None,
+                 handshake_timeout: float | None, shutdown_timeout: float | None) -> None:
+        self._loop = loop
+        self._raw = raw
+        self._raw_reader = raw_reader
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._sslobj = context.wrap_bio(self._incoming, self._outgoing, server_side=server_side,
+                                        server_hostname=server_hostname)
+        self._handshake_timeout = HANDSHAKE_TIMEOUT if handshake_timeout is None else handshake_timeout
+        self._shutdown_timeout = SHUTDOWN_TIMEOUT if shutdown_timeout is None else shutdown_timeout
+        self._extra: dict[str, Any] = {"sslcontext": context}
+        self._wrapped = False  # the handshake completed
+        self._closing = False
+        self._raw_eof = False  # the peer closed its end (no more ciphertext)
+        self._notified = False  # the peer's close_notify came
+        self._reading = False  # a read of ciphertext is out
+        self._timed_out: BaseException | None = None  # what the handshake or shutdown timer found
+        self._timer: asyncio.TimerHandle | None = None
+        self._shutdown_task: asyncio.Task[None] | None = None
+        self._reader: StreamReader | None = None  # the program's reader, once wrapped
+        busy = loop.create_future()
+        busy.cancel()  # the reader's stand-in waiter while a read is out: nothing sets it
+        self._busy = busy
+
+    # ------------------------------------------------------------ ciphertext
+    def _flush(self) -> None:
+        """Send what the TLS library wrote to the outgoing BIO."""
+        if self._outgoing.pending:
+            data = self._outgoing.read()
+            try:
+                self._raw.write(data)
+            except (OSError, RuntimeError):
+                pass  # the connection failed already: its reader says so
+
+    async def _more(self) -> bool:
+        """Read ciphertext into the incoming BIO; False at the end (the
+        peer closed, or this layer is closing and so reads no more)."""
+        if self._raw_eof or (self._closing and self._wrapped):
+            return False  # (closing: the shutdown reads what comes)
+        self._reading = True
+        try:
+            data = await self._raw_reader.read(_CHUNK)
+        finally:
+            self._reading = False
+            if self._closing and self._wrapped and self._shutdown_task is None:
+                self._start_waiting_for_close_notify()  # (close() left that to this read)
+        if not data:
+            self._raw_eof = True
+            return False
+        self._incoming.write(data)
+        return True
+
+    # ------------------------------------------------------------- handshake
+    async def handshake(self) -> None:
+        """Complete the handshake, or close the connection and raise what asyncio
+        raises: ssl.SSLError (ssl.SSLCertVerificationError for a certificate),
+        ConnectionResetError for a peer that closed, ConnectionAbortedError
+        after ssl_handshake_timeout, the reset or other OSError of the socket."""
+        self._timer = self._loop.call_later(self._handshake_timeout, self._handshake_timed_out)
+        sslobj = self._sslobj
+        try:
+            while True:
+                try:
+                    sslobj.do_handshake()
+                    break
+                except ssl.SSLWantReadError:
+                    self._flush()
+                    if not await self._more():
+                        if self._timed_out is not None:
+                            raise self._timed_out from None
+                        raise ConnectionResetError() from None
+            self._flush()
+            self._extra.update(peercert=sslobj.getpeercert(), cipher=sslobj.cipher(),
+                               compression=sslobj.compression(), ssl_object=sslobj)
+        except BaseException as exc:
+            if isinstance(exc, ssl.SSLError):
+                self._flush()  # the alert that tells the peer why
+                self._raw.close()
+            else:
+                self._raw.abort()
+            if self._timed_out is not None and isinstance(exc, OSError):
+                raise self._timed_out from None
+            raise
+        finally:
+            self._timer.cancel()
+            self._timer = None
+        self._wrapped = True
+
+    def _handshake_timed_out(self) -> None:
+        self._timed_out = ConnectionAbortedError(
+            f"SSL handshake is taking longer than {self._handshake_timeout} seconds: "
+            "aborting the connection")
+        self._raw.abort()  # the read in flight ends: handshake() raises the error
+
+    def attach(self, reader: StreamReader) -> None:
+        """The program's reader takes its data from this layer from now on."""
+        self._reader = reader
+
+    # -------------------------------------------------------------- reading
+    def _claim(self, reader: StreamReader, func_name: str) -> None:
+        if reader._waiter is not None:
+            raise RuntimeError(f"{func_name}() called while another coroutine is already "
+                               "waiting for incoming data")
+        reader._waiter = self._busy
+
+    def _failed(self, reader: StreamReader, exc: BaseException) -> None:
+        """A TLS error or the socket's: the reader raises it from now on, and the
+        connection is closed at once, as asyncio's fatal errors close it."""
+        if isinstance(exc, OSError):
+            if reader._exception is None:
+                reader.set_exception(exc)
+            self._closing = True
+            self._raw.abort()
+
+    def _peer_ended(self, reader: StreamReader, notified: bool) -> None:
+        """The peer's close_notify, or its end of the connection without one:
+        the stream ends there (EOF), and the connection is shut down."""
+        self._notified = self._notified or notified
+        reader.feed_eof()
+        self.close()
+
+    def _decrypt(self, reader: StreamReader) -> bool:
+        """Move the plaintext of the records the incoming BIO holds into the
+        reader's buffer: whether that gave the reader something (or its end)."""
+        buffer = reader._buffer
+        before = len(buffer)
+        read = self._sslobj.read
+        try:
+            while True:
+                chunk = read(_CHUNK)
+                if not chunk:
+                    self._peer_ended(reader, True)
+                    return True
+                buffer += chunk
+        except _WANT:
+            pass
+        except ssl.SSLZeroReturnError:
+            self._peer_ended(reader, True)
+            return True
+        finally:
+            self._flush()  # (a TLS 1.3 key update, say)
+        return len(buffer) > before
+
+    async def wait_for_data(self, reader: StreamReader, func_name: str) -> None:
+        """StreamReader._wait_for_data's part: some plaintext in the reader's
+        buffer, or its end, or the error that ended the connection."""
+        self._claim(reader, func_name)
+        try:
+            while not self._decrypt(reader):
+                if not await self._more():
+                    self._peer_ended(reader, False)
+                    return
+        except BaseException as exc:
+            self._failed(reader, exc)
+            raise
+        finally:
+            reader._waiter = None
+
+    def _read_into(self, reader: StreamReader, n: int, view: memoryview) -> int:
+        """Decrypt at most n bytes into view: their number, 0 at close_notify,
+        -1 when more ciphertext is needed."""
+        try:
+            got: int = self._sslobj.read(n, view)  # type: ignore[assignment]  # (a count, with a buffer)
+        except _WANT:
+            got = -1
+        except ssl.SSLZeroReturnError:
+            got = 0
+        finally:
+            self._flush()
+        if got == 0:
+            self._peer_ended(reader, True)
+        return got
+
+    async def readinto(self, reader: StreamReader, view: memoryview) -> int:
+        """StreamReader.readinto's part: decrypt straight into `view`."""
+        if reader._exception is not None:
+            raise reader._exception
+        n = len(view)
+        if not n:
+            return 0
+        buffered = reader._buffer
+        if buffered:
+            k = min(n, len(buffered))
+            with memoryview(buffered) as m:
+                view[:k] = m[:k]
+            del buffered[:k]
+            return k
+        if reader._eof:
+            return 0
+        self._claim(reader, "readinto")
+        try:
+            while True:
+                got = self._read_into(reader, n, view)
+                if got >= 0:
+                    return got
+                if not await self._more():
+                    self._peer_ended(reader, False)
+                    return 0
+        except BaseException as exc:
+            self._failed(reader, exc)
+            raise
+        finally:
+            reader._waiter = None
+
+    async def readinto_exactly(self, reader: StreamReader, view: memoryview) -> int:
+        """StreamReader.readinto_exactly's part: decrypt straight into `view`;
+        a cancelled read puts what it decrypted back in front of the buffer."""
+        if reader._exception is not None:
+            raise reader._exception
+        n = len(view)
+        buffered = reader._buffer
+        k = min(n, len(buffered))
+        if k < n and not reader._eof:
+            self._claim(reader, "readinto_exactly")  # refused before anything is consumed
+        if k:
+            with memoryview(buffered) as m:
+                view[:k] = m[:k]
+            del buffered[:k]
+        if k == n:
+            return n
+        done = k
+        if not reader._eof:
+            try:
+                while done < n:
+                    got = self._read_into(reader, n - done, view[done:])
+                    if got > 0:
+                        done += got
+                    elif got == 0:
+                        break
+                    elif not await self._more():
+                        self._peer_ended(reader, False)
+                        break
+            except BaseException as exc:
+                if done:
+                    buffered[:0] = view[:done]  # nothing decrypted is lost
+                self._failed(reader, exc)
+                raise
+            finally:
+                reader._waiter = None
+        if done < n:
+            raise asyncio.IncompleteReadError(bytes(view[:done]), n)
+        return n
+
+    # -------------------------------------------------------------- writing
+    def write(self, data: Any) -> None:
+        """As asyncio's TLS transport: encrypt now, send with the plain channel;
+        dropped once closing."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data: expecting a bytes-like instance, got {type(data).__name__}")
+        if not data or self._closing:
+            return
+        sslobj = self._sslobj
+        try:
+            n = sslobj.write(data)
+            if n < len(data):  # (OpenSSL takes it all from a memory BIO; should it not)
+                view = memoryview(data).cast("B")[n:]
+                while view:
+                    view = view[sslobj.write(view):]
+        except ssl.SSLError as exc:
+            if self._reader is not None:
+                self._failed(self._reader, exc)
+            raise
+        self._raw.write(self._outgoing.read())
+
+    def writelines(self, list_of_data: Any) -> None:
+        for data in list_of_data:
+            self.write(data)
+
+    def write_eof(self) -> None:
+        raise NotImplementedError  # TLS has no half-close, as asyncio's TLS transport says
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    async def drain(self) -> None:
+        if self._closing and not self._raw._closing:
+            await asyncio.sleep(0)  # as asyncio's drain: let the close progress
+            if self._raw._closed:
+                raise ConnectionResetError("Connection lost")
+            return
+        await self._raw.drain()
+
+    # What StreamWriter.drain's fast path reads of its transport.
+    @property
+    def _pending_size(self) -> int:
+        return self._raw._pending_size
+
+    @property
+    def _high(self) -> int:
+        return self._raw._high
+
+    @property
+    def _write_exc(self) -> OSError | None:
+        return self._raw._write_exc
+
+    @property
+    def _closed_future(self) -> asyncio.Future[None]:
+        return self._raw._closed_future
+
+    # ------------------------------------------------------------ transport
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        """ssl_object, peercert, cipher, compression and sslcontext as asyncio's
+        TLS transport gives them; the rest from the socket's channel."""
+        if name in self._extra:
+            return self._extra[name]
+        return self._raw.get_extra_info(name, default)
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def is_reading(self) -> bool:
+        return self._raw.is_reading()
+
+    def pause_reading(self) -> None:
+        self._raw.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._raw.resume_reading()
+
+    def get_write_buffer_size(self) -> int:
+        return self._raw.get_write_buffer_size()
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._raw.get_write_buffer_limits()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._raw.set_write_buffer_limits(high, low)
+
+    # ---------------------------------------------------------------- close
+    def close(self) -> None:
+        """Send close_notify after the data written so far, then wait (up to
+        ssl_shutdown_timeout) for the peer's before closing the socket."""
+        if self._closing:
+            return
+        self._closing = True
+        if not self._wrapped:
+            self._raw.abort()  # (as asyncio's: a close during the handshake aborts)
+            return
+        try:
+            self._sslobj.unwrap()
+            self._notified = True  # (the peer's came already)
+        except (ssl.SSLError, ValueError):
+            pass  # the usual case: ours is out, theirs is to come
+        self._flush()
+        self._timer = self._loop.call_later(self._shutdown_timeout, self._shutdown_timed_out)
+        if not self._reading:
+            self._start_waiting_for_close_notify()
+        # (else the read that is out starts it when it ends)
+
+    def _start_waiting_for_close_notify(self) -> None:
+        self._shutdown_task = self._loop.create_task(self._wait_for_close_notify())
+
+    async def _wait_for_close_notify(self) -> None:
+        try:
+            while not self._notified:
+                try:
+                    self._sslobj.unwrap()
+                    break
+                except _WANT:
+                    pass
+                except (ssl.SSLError, ValueError):
+                    break  # (the peer's data after ours, say: the shutdown ends there)
+                if self._raw_eof:
+                    break
+                self._reading = True
+                try:
+                    data = await self._raw_reader.read(_CHUNK)
+                finally:
+                    self._reading = False
+                if not data:
+                    break
+                self._incoming.write(data)
+        except (OSError, RuntimeError):
+            pass  # the socket's error: it is closed anyway
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._flush()
+            self._raw.close()
+
+    def _shutdown_timed_out(self) -> None:
+        self._timer = None
+        if _HAS_SHUTDOWN_TIMEOUT:
+            # asyncio's: the connection is lost with this error, which wait_closed() raises.
+            self._timed_out = TimeoutError("SSL shutdown timed out")
+            self._raw._fail(self._timed_out)
+        self._raw.abort()
+
+    def abort(self) -> None:
+        """Close at once, without close_notify."""
+        self._closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._raw.abort()
+
+    async def wait_closed(self) -> None:
+        await self._raw.wait_closed()
+
+    def __repr__(self) -> str:
+        return f"<{self.__class__.__name__} raw={self._raw!r}>"
