@@ -159,17 +159,32 @@ class TLSLayer:
         peer closed, or this layer is closing and so reads no more)."""
         if self._raw_eof or (self._closing and self._wrapped):
             return False  # (closing: the shutdown reads what comes)
-        self._reading = True
         try:
-            data = await self._raw_reader.read(_CHUNK)
+            return await self._receive()
         finally:
-            self._reading = False
             if self._closing and self._wrapped and self._shutdown_task is None:
                 self._start_waiting_for_close_notify()  # (close() left that to this read)
-        if not data:
+
+    async def _receive(self) -> bool:
+        """Move what the socket brought into the incoming BIO, all of it,
+        waiting for it if nothing came yet; False at the peer's end."""
+        raw = self._raw_reader
+        buffer = raw._buffer
+        if not buffer and not raw._eof:
+            if raw._exception is not None:
+                raise raw._exception
+            self._reading = True
+            try:
+                await raw._wait_for_data("read")
+            finally:
+                self._reading = False
+        if not buffer:
+            if raw._exception is not None:
+                raise raw._exception
             self._raw_eof = True
             return False
-        self._incoming.write(data)
+        self._incoming.write(buffer)
+        buffer.clear()
         return True
 
     # ------------------------------------------------------------- handshake
@@ -246,9 +261,11 @@ class TLSLayer:
         reader's buffer: whether that gave the reader something (or its end)."""
         buffer = reader._buffer
         before = len(buffer)
-        read = self._sslobj.read
+        sslobj = self._sslobj
+        read = sslobj.read
+        incoming = self._incoming
         try:
-            while True:
+            while incoming.pending or sslobj.pending():
                 chunk = read(_CHUNK)
                 if not chunk:
                     self._peer_ended(reader, True)
@@ -281,6 +298,8 @@ class TLSLayer:
     def _read_into(self, reader: StreamReader, n: int, view: memoryview) -> int:
         """Decrypt at most n bytes into view: their number, 0 at close_notify,
         -1 when more ciphertext is needed."""
+        if not (self._incoming.pending or self._sslobj.pending()):
+            return -1  # (without asking: an SSLWantReadError costs more than the decryption)
         try:
             got: int = self._sslobj.read(n, view)  # type: ignore[assignment]  # (a count, with a buffer)
         except _WANT:
@@ -482,16 +501,8 @@ class TLSLayer:
                     pass
                 except (ssl.SSLError, ValueError):
                     break  # (the peer's data after ours, say: the shutdown ends there)
-                if self._raw_eof:
+                if self._raw_eof or not await self._receive():
                     break
-                self._reading = True
-                try:
-                    data = await self._raw_reader.read(_CHUNK)
-                finally:
-                    self._reading = False
-                if not data:
-                    break
-                self._incoming.write(data)
         except (OSError, RuntimeError):
             pass  # the socket's error: it is closed anyway
         finally:
