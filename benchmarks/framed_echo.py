@@ -39,6 +39,12 @@ loop and on uvloop, --loop):
 * threads           blocking sockets, a thread per connection, recv_into + sendall:
                     the limit
 
+TLS (--tls): aioring-streams-tls and asyncio-streams-tls are the two streams
+variants over TLS (ssl= on start_server and open_connection; certificates made
+by trustme in benchmarks/.data/tls), on both loops: asyncio-streams-tls on
+uvloop is uvloop's TLS streams, the reference of the TLS targets (1 MiB and
+1 KiB frames by default).
+
 Measured per run, over a timed window after a warm-up: payload bytes echoed per
 second (one direction; MB = 10^6 bytes), frames per second, and the CPU time of
 the server and the client process (all their threads, kernel time included) in
@@ -85,6 +91,7 @@ import multiprocessing
 import os
 import re
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -125,8 +132,11 @@ REFERENCE = ("asyncio-streams", "uvloop")  # "uvloop streams" in the ratios
 LIMIT = ("threads", "-")
 BUFFERED = ("uvloop-bufferedprotocol", "uvloop")
 PROTOCOL = ("asyncio-protocol", "uvloop")
+TLS_VARIANTS = ("aioring-streams-tls", "asyncio-streams-tls")
+TLS_SIZES = (1 * MIB, 1 * KIB)
+TLS_REFERENCE = ("asyncio-streams-tls", "uvloop")  # uvloop's TLS streams
 REF_NAMES = {REFERENCE: "uvloop streams", LIMIT: "threads", BUFFERED: "uvloop's BufferedProtocol",
-             PROTOCOL: "uvloop's Protocol"}
+             PROTOCOL: "uvloop's Protocol", TLS_REFERENCE: "uvloop TLS streams"}
 # What aioring-streams should reach on each loop: (payload size, metric, reference, ratio at
 # least, connections the runs of that size must have used: None for any).
 Goal = tuple[int, str, tuple[str, str], float, int | None]
@@ -139,6 +149,11 @@ GOALS: tuple[Goal, ...] = (
     (64 * MIB, "mb_per_s", REFERENCE, 4.0, None), (64 * MIB, "mb_per_s", LIMIT, 1.0, None),
     (1 * KIB, "frames_per_s", BUFFERED, 1.0, 25), (1 * KIB, "frames_per_s", PROTOCOL, 1.0, 25),
     (1 * KIB, "frames_per_s", REFERENCE, 1.2, 250))
+# What aioring-streams-tls should reach on each loop (--tls).
+TLS_TARGETS: tuple[Goal, ...] = (
+    (1 * MIB, "mb_per_s", TLS_REFERENCE, 1.2, None), (1 * KIB, "frames_per_s", TLS_REFERENCE, 1.0, None))
+TLS_DIR = REPO / "benchmarks" / ".data" / "tls"
+TLS_NAME = "framed-echo.test"
 DEFAULTS: dict[str, Any] = {"duration": 0.4, "repeat": 3, "min_frames": 2}
 QUICK: dict[str, Any] = {"duration": 0.08, "repeat": 1, "min_frames": 1}
 RESULTS = REPO / "benchmarks" / "results"
@@ -185,6 +200,31 @@ def parse_sizes(text: str) -> list[int]:
             raise argparse.ArgumentTypeError(f"frames must carry at least {2 * SPOT} bytes, not {size}")
         sizes.append(size)
     return sizes
+
+
+def make_certificates() -> None:
+    """A CA and a certificate for TLS_NAME, made by trustme, for the TLS variants' workers."""
+    import trustme
+    ca = trustme.CA()
+    cert = ca.issue_cert(TLS_NAME)
+    TLS_DIR.mkdir(parents=True, exist_ok=True)
+    ca.cert_pem.write_to_path(str(TLS_DIR / "ca.pem"))
+    cert.private_key_and_cert_chain_pem.write_to_path(str(TLS_DIR / "server.pem"))
+
+
+_contexts: dict[bool, ssl.SSLContext] = {}
+
+
+def tls_context(server_side: bool) -> ssl.SSLContext:
+    """The server's or the client's context (the client trusts make_certificates()'s CA)."""
+    if server_side not in _contexts:
+        if server_side:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(TLS_DIR / "server.pem")
+        else:
+            context = ssl.create_default_context(cafile=TLS_DIR / "ca.pem")
+        _contexts[server_side] = context
+    return _contexts[server_side]
 
 
 def set_nodelay(sock: Any) -> tuple[bool, bool]:
@@ -343,7 +383,7 @@ async def recv_exactly(recv_into: RecvInto, sock: socket.socket, view: memoryvie
     return True
 
 
-async def serve_aioring_streams(state: ServerState) -> int:
+async def serve_aioring_streams(state: ServerState, tls: bool = False) -> int:
     async def handle(reader: aioring.StreamReader, writer: aioring.StreamWriter) -> None:
         state.new_conn(writer.get_extra_info("socket"))
         # The header and the payload in one buffer, as the sock and threads
@@ -369,12 +409,13 @@ async def serve_aioring_streams(state: ServerState) -> int:
         finally:
             writer.close()
 
-    server = await aioring.start_server(lambda r, w: state.guard(handle(r, w)), HOST, 0)
+    server = await aioring.start_server(lambda r, w: state.guard(handle(r, w)), HOST, 0,
+                                        ssl=tls_context(True) if tls else None)
     state.closers.append(server.close)
     return int(server.sockets[0].getsockname()[1])
 
 
-async def serve_asyncio_streams(state: ServerState) -> int:
+async def serve_asyncio_streams(state: ServerState, tls: bool = False) -> int:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         state.new_conn(writer.get_extra_info("socket"))
         try:
@@ -392,7 +433,8 @@ async def serve_asyncio_streams(state: ServerState) -> int:
         finally:
             writer.close()
 
-    server = await asyncio.start_server(lambda r, w: state.guard(handle(r, w)), sock=listener())
+    server = await asyncio.start_server(lambda r, w: state.guard(handle(r, w)), sock=listener(),
+                                        ssl=tls_context(True) if tls else None)
     state.closers.append(server.close)
     return int(server.sockets[0].getsockname()[1])
 
@@ -558,6 +600,8 @@ ASYNC_SERVERS: dict[str, Callable[[ServerState], Awaitable[int]]] = {
     "asyncio-protocol": lambda st: serve_protocol(st, NaiveEchoProtocol),
     "floor": lambda st: serve_protocol(st, FloorEchoProtocol),
     "uvloop-bufferedprotocol": lambda st: serve_protocol(st, BufferedEchoProtocol),
+    "aioring-streams-tls": lambda st: serve_aioring_streams(st, tls=True),
+    "asyncio-streams-tls": lambda st: serve_asyncio_streams(st, tls=True),
 }
 
 
@@ -714,8 +758,14 @@ class StreamsConn(Conn):
 
 
 class AioringStreamsConn(StreamsConn):
+    tls = False
+
     async def open(self, port: int) -> None:
-        self.reader, self.writer = await aioring.open_connection(HOST, port)
+        if self.tls:
+            self.reader, self.writer = await aioring.open_connection(
+                HOST, port, ssl=tls_context(False), server_hostname=TLS_NAME)
+        else:
+            self.reader, self.writer = await aioring.open_connection(HOST, port)
         self.preset, self.nodelay = set_nodelay(self.writer.get_extra_info("socket"))
         self.rhdr = bytearray(8)
         self.rbuf = bytearray(self.frames.size)
@@ -769,10 +819,16 @@ class SockConn(Conn):
 
 
 class AsyncioStreamsConn(StreamsConn):
+    tls = False
+
     async def open(self, port: int) -> None:
         sock = tcp_socket()
         await asyncio.get_running_loop().sock_connect(sock, (HOST, port))
-        self.reader, self.writer = await asyncio.open_connection(sock=sock)
+        if self.tls:
+            self.reader, self.writer = await asyncio.open_connection(
+                sock=sock, ssl=tls_context(False), server_hostname=TLS_NAME)
+        else:
+            self.reader, self.writer = await asyncio.open_connection(sock=sock)
         self.preset, self.nodelay = set_nodelay(self.writer.get_extra_info("socket"))
         self.data = b""
 
@@ -788,6 +844,14 @@ class AsyncioStreamsConn(StreamsConn):
 
     def last(self) -> bytes:
         return self.data
+
+
+class AioringTLSConn(AioringStreamsConn):
+    tls = True
+
+
+class AsyncioTLSConn(AsyncioStreamsConn):
+    tls = True
 
 
 class ClientEnd:
@@ -912,6 +976,8 @@ CLIENTS: dict[str, Callable[[Frames, int], Conn]] = {
     "asyncio-protocol": AsyncioProtocolConn,
     "floor": AsyncioProtocolConn,  # (the server differs)
     "uvloop-bufferedprotocol": BufferedProtocolConn,
+    "aioring-streams-tls": AioringTLSConn,
+    "asyncio-streams-tls": AsyncioTLSConn,
 }
 
 
@@ -1283,13 +1349,14 @@ def size_conns(medians: dict[Key, dict[str, Any]], size: int) -> int | None:
 
 
 def report(medians: dict[Key, dict[str, Any]], configs: list[tuple[str, str]], sizes: list[int],
-           repeat: int) -> str:
-    """A table per frame size."""
+           repeat: int, reference: tuple[str, str] = REFERENCE) -> str:
+    """A table per frame size, with ratios to `reference` and to threads."""
     out: list[str] = []
+    ref_name = REF_NAMES[reference]
     for size in sizes:
         out.append(f"\n== {size_name(size)} frames, {conns_name(size_conns(medians, size) or 1)} "
                    f"(ping-pong each): median of {repeat} ==")
-        ref = medians.get((*REFERENCE, size), {}).get("frames_per_s")
+        ref = medians.get((*reference, size), {}).get("frames_per_s")
         lim = medians.get((*LIMIT, size), {}).get("frames_per_s")
         rows = []
         for variant, loop in configs:
@@ -1306,16 +1373,16 @@ def report(medians: dict[Key, dict[str, Any]], configs: list[tuple[str, str]], s
                          f"{r['wall_s']:.2f}",
                          fmt_ratio(r["frames_per_s"], ref), fmt_ratio(r["frames_per_s"], lim)])
         out.append(render(["variant", "loop", "MB/s", "frames/s", "CPU s (srv+cli)", "CPU us/frame", "wall s",
-                           "x uvloop streams", "x threads"], rows, left=2))
+                           f"x {ref_name}", "x threads"], rows, left=2))
     out.append("MB/s: payload bytes echoed per second in one direction (MB = 10^6 B); CPU s: the server's "
-               "and the client's process CPU time in the timed window of wall s; x uvloop streams, "
-               "x threads: frames/s (the same ratio as MB/s) over asyncio-streams on uvloop and over "
+               f"and the client's process CPU time in the timed window of wall s; x {ref_name}, "
+               f"x threads: frames/s (the same ratio as MB/s) over {reference[0]} on {reference[1]} and over "
                "blocking sockets in threads (the limit).")
     return "\n".join(out)
 
 
 def targets(medians: dict[Key, dict[str, Any]], loops: list[str], goals: Sequence[Goal],
-            title: str) -> str:
+            title: str, variant: str = "aioring-streams") -> str:
     """A line per goal and loop: PASS, FAIL or n/a, with the ratio measured."""
     lines = [title]
     for size, metric, ref_key, threshold, wanted in goals:
@@ -1325,8 +1392,8 @@ def targets(medians: dict[Key, dict[str, Any]], loops: list[str], goals: Sequenc
         shown = wanted or conns
         name = size_name(size) + (f" x{shown}" if shown and shown > 1 else "")
         for loop in loops:
-            mine = medians.get(("aioring-streams", loop, size), {}).get(metric)
-            what = f"{name}: aioring-streams/{loop} {unit} >= {threshold}x {REF_NAMES[ref_key]}"
+            mine = medians.get((variant, loop, size), {}).get(metric)
+            what = f"{name}: {variant}/{loop} {unit} >= {threshold}x {REF_NAMES[ref_key]}"
             if wanted is not None and conns is not None and conns != wanted:
                 lines.append(f"  n/a   {what} (this run used {conns} connections: --small-conns {wanted})")
                 continue
@@ -1493,14 +1560,19 @@ def main(argv: list[str] | None = None) -> int:
                "threads, user + system) over the timed window. asyncio-streams use asyncio's default "
                "limit (64 KiB). aioring-streams' server writes a memoryview of its receive buffer, which "
                "aioring's writer copies; clients write bytes, which it sends without a copy.")
-    parser.add_argument("--variants", type=parse_list(ALL_VARIANTS, canonical=True),
-                        default=list(ALL_VARIANTS),
-                        help="comma-separated variants (default: all: " + ",".join(ALL_VARIANTS) + ")")
+    parser.add_argument("--variants", type=parse_list(ALL_VARIANTS + TLS_VARIANTS, canonical=True),
+                        default=None,
+                        help="comma-separated variants (default: all: " + ",".join(ALL_VARIANTS) + "; "
+                             "with --tls: " + ",".join(TLS_VARIANTS) + ")")
+    parser.add_argument("--tls", action="store_true",
+                        help="the streams over TLS: aioring's against asyncio's (uvloop's TLS streams "
+                             "on uvloop), at " + ",".join(size_option(s) for s in TLS_SIZES)
+                             + " unless --sizes says otherwise, with the TLS targets")
     parser.add_argument("--loop", "--loops", dest="loops", type=parse_list(ALL_LOOPS, canonical=True),
                         default=list(ALL_LOOPS),
                         help="event loops of the async variants (default asyncio,uvloop); "
                              "uvloop-bufferedprotocol always runs on uvloop, threads on none")
-    parser.add_argument("--sizes", type=parse_sizes, default=list(ALL_SIZES),
+    parser.add_argument("--sizes", type=parse_sizes, default=None,
                         help="comma-separated payload sizes, K and M binary (KiB, MiB), KB and MB decimal "
                              f"(default {','.join(size_option(s) for s in ALL_SIZES)}; the targets also "
                              "name 64M); sizes below 64K run over --small-conns connections, the others "
@@ -1534,14 +1606,17 @@ def main(argv: list[str] | None = None) -> int:
     duration, repeat, min_frames = preset["duration"], preset["repeat"], preset["min_frames"]
     if repeat < 1 or duration <= 0 or min_frames < 1 or args.small_conns < 1:
         parser.error("--repeat, --duration, --min-frames and --small-conns must be positive")
-    default_json = RESULTS / ("framed_echo.quick.json" if args.quick else "framed_echo.json")
+    name = "framed_echo.tls" if args.tls else "framed_echo"
+    default_json = RESULTS / (f"{name}.quick.json" if args.quick else f"{name}.json")
     json_path = output_path(args.json, default_json)
     chart_path = output_path(args.chart, (json_path or default_json).with_suffix(".png"))
     started = time.perf_counter()
 
     skipped: list[str] = []
     loops = list(args.loops)
-    variants = list(args.variants)
+    variants = list(args.variants or (TLS_VARIANTS if args.tls else ALL_VARIANTS))
+    if any(v in TLS_VARIANTS for v in variants):
+        make_certificates()
     if uvloop is None:
         if "uvloop" in loops:
             loops.remove("uvloop")
@@ -1556,7 +1631,7 @@ def main(argv: list[str] | None = None) -> int:
         log("note: " + note)
     backend = aioring_backend(aioring)
 
-    sizes = list(args.sizes)
+    sizes = list(args.sizes or (TLS_SIZES if args.tls else ALL_SIZES))
     # One frame size after the other (the client makes each size's payloads once); within
     # a size, the repeats of a configuration are spread out between the others.
     runs = [(size, r, v, lp) for size in sizes for r in range(1, repeat + 1) for v, lp in configs]
@@ -1608,12 +1683,16 @@ def main(argv: list[str] | None = None) -> int:
     print(notes(medians, samples))
     print()
     aioring_loops = loops_of("aioring-streams", loops)
-    print(targets(medians, aioring_loops, TARGETS, "Targets, for aioring-streams on each loop:"))
-    print(targets(medians, aioring_loops, GOALS, "Further goals (for information):"))
+    if args.tls:
+        print(targets(medians, aioring_loops, TLS_TARGETS,
+                      "TLS targets, for aioring-streams-tls on each loop:", "aioring-streams-tls"))
+    else:
+        print(targets(medians, aioring_loops, TARGETS, "Targets, for aioring-streams on each loop:"))
+        print(targets(medians, aioring_loops, GOALS, "Further goals (for information):"))
     floors = floor_lines(medians, aioring_loops, sizes)
     if floors:
         print(floors)
-    print(report(medians, configs, sizes, repeat))
+    print(report(medians, configs, sizes, repeat, TLS_REFERENCE if args.tls else REFERENCE))
     print()
     failed = print_failures(samples, lambda s: f"{s.variant} {s.loop} {size_name(s.size)} repeat {s.repeat}")
     print(f"total runtime {elapsed:.1f} s")
