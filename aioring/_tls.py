@@ -6,18 +6,30 @@ it blocks: the TLS library reads records from the incoming BIO and writes
 records to the outgoing one, and says ``SSLWantReadError`` when it needs
 bytes that have not come yet.
 
-The layer meets the plain stream at one seam, the plain stream's own API:
-ciphertext is read with a plain ``StreamReader``'s ``read()`` and written
-with its channel's ``write()``; closing goes through the channel's
-``close()``, ``abort()`` and ``wait_closed()``.  Towards the program it is
-the transport of the ``StreamWriter`` (``write``, ``drain``, ``close``,
-``get_extra_info`` ...) and the source of the ``StreamReader``'s data: a read
-that finds the reader's buffer empty asks the layer, which decrypts what the
-incoming BIO holds, and reads more ciphertext only when that is not enough.
-``readinto`` and ``readinto_exactly`` decrypt straight into the caller's
-buffer (``SSLObject.read(n, buffer)``); the other reads fill the reader's
-buffer, so asyncio's read, readline, readuntil and readexactly work as they
-are.
+The layer meets the plain stream at one seam, and uses nothing else of it:
+
+* ciphertext in: a plain ``StreamReader`` on the channel, its
+  ``_wait_for_data()`` and its ``_buffer`` (asyncio's own reader state), whose
+  bytes move to the incoming BIO in one piece;
+* ciphertext out: the channel's ``write()``, and ``_send()`` to hand a large
+  write's slices to the kernel as they are encrypted (the peer decrypts one
+  while this side encrypts the next), ``drain()`` and the write-side state
+  that ``StreamWriter.drain`` reads (``_pending_size``, ``_high``,
+  ``_write_exc``);
+* the end: the channel's ``close()``, ``abort()``, ``wait_closed()``,
+  ``_fail()`` (an error wait_closed() raises), ``_closing``, ``_closed`` and
+  ``_closed_future``.
+
+Towards the program the layer is the transport of the ``StreamWriter``
+(``write``, ``drain``, ``close``, ``get_extra_info`` ...) and the source of
+the ``StreamReader``'s data: a read that finds the reader's buffer empty asks
+the layer, which decrypts what the incoming BIO holds, and reads more
+ciphertext only when that is not enough.  Reads of a record's size or more
+(``readinto``, ``readinto_exactly``) decrypt straight into the caller's
+buffer (``SSLObject.read(n, buffer)``); smaller ones, and asyncio's read,
+readline, readuntil and readexactly, take whole records into the reader's
+buffer.  The TLS library is asked for plaintext only when it holds some: an
+``SSLWantReadError`` costs more than decrypting a small record.
 
 Decrypting is synchronous, so a read cancelled while it waits for
 ciphertext loses nothing: the ciphertext read either returned its bytes (they
@@ -51,7 +63,13 @@ __all__ = ["TLSLayer", "client_context", "server_context"]
 
 HANDSHAKE_TIMEOUT = 60.0  # asyncio's constants.SSL_HANDSHAKE_TIMEOUT
 SHUTDOWN_TIMEOUT = 30.0  # asyncio's constants.SSL_SHUTDOWN_TIMEOUT
-_CHUNK = 256 * 1024  # ciphertext read at a time, plaintext decrypted at a time
+# The most plaintext a TLS record carries.  A read of less decrypts whole
+# records into the reader's buffer (one call each, where a header and the
+# payload after it often share one) and copies from there; larger reads
+# decrypt straight into the caller's buffer.
+_RECORD = 16 * 1024
+# A larger write is encrypted and handed to the kernel in slices of this much.
+_SLICE = 128 * 1024
 _WANT = (ssl.SSLWantReadError, ssl.SSLWantWriteError)
 _HAS_SHUTDOWN_TIMEOUT = sys.version_info >= (3, 11)
 
@@ -154,20 +172,12 @@ class TLSLayer:
             except (OSError, RuntimeError):
                 pass  # the connection failed already: its reader says so
 
-    async def _more(self) -> bool:
-        """Read ciphertext into the incoming BIO; False at the end (the
-        peer closed, or this layer is closing and so reads no more)."""
-        if self._raw_eof or (self._closing and self._wrapped):
-            return False  # (closing: the shutdown reads what comes)
-        try:
-            return await self._receive()
-        finally:
-            if self._closing and self._wrapped and self._shutdown_task is None:
-                self._start_waiting_for_close_notify()  # (close() left that to this read)
-
-    async def _receive(self) -> bool:
+    async def _more(self, shutting_down: bool = False) -> bool:
         """Move what the socket brought into the incoming BIO, all of it,
-        waiting for it if nothing came yet; False at the peer's end."""
+        waiting for it if nothing came yet; False at the peer's end, or once
+        closing (only the shutdown reads then)."""
+        if self._raw_eof or (self._closing and self._wrapped and not shutting_down):
+            return False
         raw = self._raw_reader
         buffer = raw._buffer
         if not buffer and not raw._eof:
@@ -178,6 +188,8 @@ class TLSLayer:
                 await raw._wait_for_data("read")
             finally:
                 self._reading = False
+                if self._closing and self._wrapped and self._shutdown_task is None:
+                    self._start_waiting_for_close_notify()  # (close() left that to this read)
         if not buffer:
             if raw._exception is not None:
                 raise raw._exception
@@ -266,7 +278,7 @@ class TLSLayer:
         incoming = self._incoming
         try:
             while incoming.pending or sslobj.pending():
-                chunk = read(_CHUNK)
+                chunk = read(_RECORD)
                 if not chunk:
                     self._peer_ended(reader, True)
                     return True
@@ -277,15 +289,18 @@ class TLSLayer:
             self._peer_ended(reader, True)
             return True
         finally:
-            self._flush()  # (a TLS 1.3 key update, say)
+            if self._outgoing.pending:
+                self._flush()  # (a TLS 1.3 key update, say)
         return len(buffer) > before
 
     async def wait_for_data(self, reader: StreamReader, func_name: str) -> None:
         """StreamReader._wait_for_data's part: some plaintext in the reader's
         buffer, or its end, or the error that ended the connection."""
         self._claim(reader, func_name)
+        incoming = self._incoming
+        sslobj = self._sslobj
         try:
-            while not self._decrypt(reader):
+            while not ((incoming.pending or sslobj.pending()) and self._decrypt(reader)):
                 if not await self._more():
                     self._peer_ended(reader, False)
                     return
@@ -307,7 +322,8 @@ class TLSLayer:
         except ssl.SSLZeroReturnError:
             got = 0
         finally:
-            self._flush()
+            if self._outgoing.pending:
+                self._flush()
         if got == 0:
             self._peer_ended(reader, True)
         return got
@@ -328,6 +344,13 @@ class TLSLayer:
             return k
         if reader._eof:
             return 0
+        if n < _RECORD:
+            await self.wait_for_data(reader, "readinto")
+            k = min(n, len(buffered))
+            with memoryview(buffered) as m:
+                view[:k] = m[:k]
+            del buffered[:k]
+            return k
         self._claim(reader, "readinto")
         try:
             while True:
@@ -350,6 +373,16 @@ class TLSLayer:
             raise reader._exception
         n = len(view)
         buffered = reader._buffer
+        if n < _RECORD:
+            while len(buffered) < n:
+                if reader._eof:
+                    partial = bytes(buffered)
+                    buffered.clear()
+                    raise asyncio.IncompleteReadError(partial, n)
+                await self.wait_for_data(reader, "readinto_exactly")
+            view[:] = buffered[:n]
+            del buffered[:n]
+            return n
         k = min(n, len(buffered))
         if k < n and not reader._eof:
             self._claim(reader, "readinto_exactly")  # refused before anything is consumed
@@ -390,18 +423,30 @@ class TLSLayer:
             raise TypeError(f"data: expecting a bytes-like instance, got {type(data).__name__}")
         if not data or self._closing:
             return
+        total = data.nbytes if type(data) is memoryview else len(data)
         sslobj = self._sslobj
+        raw = self._raw
         try:
-            n = sslobj.write(data)
-            if n < len(data):  # (OpenSSL takes it all from a memory BIO; should it not)
-                view = memoryview(data).cast("B")[n:]
-                while view:
-                    view = view[sslobj.write(view):]
+            if total <= _SLICE:
+                done = sslobj.write(data)
+                if done < total:  # (OpenSSL takes it all from a memory BIO; should it not)
+                    view = memoryview(data).cast("B")
+                    while done < total:
+                        done += sslobj.write(view[done:])
+                raw.write(self._outgoing.read())
+                return
+            # A large write leaves in slices, each as soon as it is encrypted:
+            # the peer decrypts one while this side encrypts the next.
+            view = memoryview(data).cast("B")
+            done = 0
+            while done < total:
+                done += sslobj.write(view[done:done + _SLICE])
+                raw.write(self._outgoing.read())
+                raw._send()
         except ssl.SSLError as exc:
             if self._reader is not None:
                 self._failed(self._reader, exc)
             raise
-        self._raw.write(self._outgoing.read())
 
     def writelines(self, list_of_data: Any) -> None:
         for data in list_of_data:
@@ -501,7 +546,7 @@ class TLSLayer:
                     pass
                 except (ssl.SSLError, ValueError):
                     break  # (the peer's data after ours, say: the shutdown ends there)
-                if self._raw_eof or not await self._receive():
+                if not await self._more(shutting_down=True):
                     break
         except (OSError, RuntimeError):
             pass  # the socket's error: it is closed anyway
