@@ -155,6 +155,7 @@ class TLSLayer:
         self._notified = False  # the peer's close_notify came
         self._reading = False  # a read of ciphertext is out
         self._timed_out: BaseException | None = None  # what the handshake or shutdown timer found
+        self._error: ssl.SSLError | None = None  # a bad record's, raised once what came before is read
         self._timer: asyncio.TimerHandle | None = None
         self._shutdown_task: asyncio.Task[None] | None = None
         self._reader: StreamReader | None = None  # the program's reader, once wrapped
@@ -254,12 +255,13 @@ class TLSLayer:
 
     def _failed(self, reader: StreamReader, exc: BaseException) -> None:
         """A TLS error or the socket's: the reader raises it from now on, and the
-        connection is closed at once, as asyncio's fatal errors close it."""
+        connection is closed at once, as asyncio's fatal errors close it
+        (wait_closed() raises it too)."""
         if isinstance(exc, OSError):
             if reader._exception is None:
                 reader.set_exception(exc)
             self._closing = True
-            self._raw.abort()
+            self._raw._fail(exc)
 
     def _peer_ended(self, reader: StreamReader, notified: bool) -> None:
         """The peer's close_notify, or its end of the connection without one:
@@ -271,6 +273,8 @@ class TLSLayer:
     def _decrypt(self, reader: StreamReader) -> bool:
         """Move the plaintext of the records the incoming BIO holds into the
         reader's buffer: whether that gave the reader something (or its end)."""
+        if self._error is not None:
+            raise self._error
         buffer = reader._buffer
         before = len(buffer)
         sslobj = self._sslobj
@@ -287,6 +291,11 @@ class TLSLayer:
             pass
         except ssl.SSLZeroReturnError:
             self._peer_ended(reader, True)
+            return True
+        except ssl.SSLError as exc:
+            if len(buffer) == before:
+                raise
+            self._error = exc  # the plaintext before the bad record is read first
             return True
         finally:
             if self._outgoing.pending:
@@ -313,6 +322,8 @@ class TLSLayer:
     def _read_into(self, reader: StreamReader, n: int, view: memoryview) -> int:
         """Decrypt at most n bytes into view: their number, 0 at close_notify,
         -1 when more ciphertext is needed."""
+        if self._error is not None:
+            raise self._error
         if not (self._incoming.pending or self._sslobj.pending()):
             return -1  # (without asking: an SSLWantReadError costs more than the decryption)
         try:

@@ -7,6 +7,7 @@ Certificates are made here, by trustme."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import socket
 import ssl
@@ -190,6 +191,33 @@ async def test_peer_ends_during_handshake(certs: Certs, socks: Callable[..., soc
     await task
 
 
+@pytest.mark.parametrize("module", [aioring, asyncio], ids=["aioring", "asyncio"])
+async def test_corrupt_record_raises_ssl_error(certs: Certs, socks: Callable[..., socket.socket],
+                                              module: Any) -> None:
+    """A record that fails to decrypt ends the stream with the ssl.SSLError, as asyncio's."""
+    sock, port = listener(socks)
+    loop = asyncio.get_running_loop()
+
+    def peer() -> None:
+        conn, _ = sock.accept()
+        with certs.server.wrap_socket(conn, server_side=True) as tls:
+            tls.sendall(b"fine")
+            tls.recv(1)
+            socket.socket.sendall(tls, b"\x17\x03\x03\x00\x20" + bytes(32))  # not TLS's
+            socket.socket.recv(tls, 1)  # until the client is gone
+
+    task = loop.run_in_executor(None, peer)
+    reader, writer = await connect(module, port, certs)
+    assert await reader.readexactly(4) == b"fine"
+    writer.write(b"!")
+    with pytest.raises(ssl.SSLError):
+        await reader.read(10)
+    writer.close()
+    with contextlib.suppress(ssl.SSLError):
+        await writer.wait_closed()
+    await task
+
+
 async def test_handshake_timeout(certs: Certs, socks: Callable[..., socket.socket]) -> None:
     """A peer that never answers: ConnectionAbortedError after ssl_handshake_timeout, as asyncio's."""
     _sock, port = listener(socks)
@@ -262,6 +290,8 @@ async def test_close_notify_both_ways(certs: Certs) -> None:
     assert not writer.can_write_eof()
     with pytest.raises(NotImplementedError):
         writer.write_eof()
+    with pytest.raises(TypeError, match="data: expecting a bytes-like instance, got str"):
+        writer.write("text")
     writer.write(b"last words")
     writer.close()
     assert writer.is_closing()
