@@ -933,11 +933,11 @@ class StreamReader(asyncio.StreamReader):
         Buffered bytes are copied first; the rest is received straight into
         `buf`.  If the task is cancelled, the bytes already received go back
         in front of the buffer: the next read returns them."""
-        kind: Any = type(buf)
-        if self._tls is not None:
-            kind = None  # (decrypted straight into buf, below)
-        elif kind is bytearray or (kind is memoryview and buf.format == "B" and buf.ndim == 1
+        kind = type(buf)
+        if kind is bytearray or (kind is memoryview and buf.format == "B" and buf.ndim == 1
                                  and buf.c_contiguous and not buf.readonly):
+            if self._tls is not None:
+                return await self._tls.readinto_exactly(self, buf)
             n = len(buf)
             if n < _READ_AHEAD:
                 # A small read (a frame's header, say): read ahead into the

@@ -146,6 +146,13 @@ class TLSLayer:
         self._outgoing = ssl.MemoryBIO()
         self._sslobj = context.wrap_bio(self._incoming, self._outgoing, server_side=server_side,
                                         server_hostname=server_hostname)
+        # The hot path calls the C object that ssl.SSLObject's read, write and
+        # pending forward to, without the forwarding.
+        self._obj: Any = getattr(self._sslobj, "_sslobj", self._sslobj)
+        # Whether the last read may have left plaintext of its record in the
+        # TLS library (it filled all it was asked for): only then is
+        # pending() asked, before more ciphertext is read.
+        self._held = True
         self._handshake_timeout = HANDSHAKE_TIMEOUT if handshake_timeout is None else handshake_timeout
         self._shutdown_timeout = SHUTDOWN_TIMEOUT if shutdown_timeout is None else shutdown_timeout
         self._extra: dict[str, Any] = {"sslcontext": context}
@@ -277,15 +284,15 @@ class TLSLayer:
             raise self._error
         buffer = reader._buffer
         before = len(buffer)
-        sslobj = self._sslobj
-        read = sslobj.read
+        obj = self._obj
         incoming = self._incoming
         try:
-            while incoming.pending or sslobj.pending():
-                chunk = read(_RECORD)
+            while incoming.pending or (self._held and obj.pending()):
+                chunk = obj.read(_RECORD)
                 if not chunk:
                     self._peer_ended(reader, True)
                     return True
+                self._held = len(chunk) == _RECORD
                 buffer += chunk
         except _WANT:
             pass
@@ -307,9 +314,9 @@ class TLSLayer:
         buffer, or its end, or the error that ended the connection."""
         self._claim(reader, func_name)
         incoming = self._incoming
-        sslobj = self._sslobj
+        obj = self._obj
         try:
-            while not ((incoming.pending or sslobj.pending()) and self._decrypt(reader)):
+            while not ((incoming.pending or (self._held and obj.pending())) and self._decrypt(reader)):
                 if not await self._more():
                     self._peer_ended(reader, False)
                     return
@@ -324,10 +331,11 @@ class TLSLayer:
         -1 when more ciphertext is needed."""
         if self._error is not None:
             raise self._error
-        if not (self._incoming.pending or self._sslobj.pending()):
+        if not (self._incoming.pending or (self._held and self._obj.pending())):
             return -1  # (without asking: an SSLWantReadError costs more than the decryption)
         try:
-            got: int = self._sslobj.read(n, view)  # type: ignore[assignment]  # (a count, with a buffer)
+            got: int = self._obj.read(n, view)
+            self._held = got == n
         except _WANT:
             got = -1
         except ssl.SSLZeroReturnError:
@@ -377,12 +385,13 @@ class TLSLayer:
         finally:
             reader._waiter = None
 
-    async def readinto_exactly(self, reader: StreamReader, view: memoryview) -> int:
-        """StreamReader.readinto_exactly's part: decrypt straight into `view`;
-        a cancelled read puts what it decrypted back in front of the buffer."""
+    async def readinto_exactly(self, reader: StreamReader, buf: bytearray | memoryview) -> int:
+        """StreamReader.readinto_exactly's part (`buf`: a bytearray or a
+        memoryview of bytes): decrypt straight into `buf`; a cancelled read
+        puts what it decrypted back in front of the reader's buffer."""
         if reader._exception is not None:
             raise reader._exception
-        n = len(view)
+        n = len(buf)
         buffered = reader._buffer
         if n < _RECORD:
             while len(buffered) < n:
@@ -391,9 +400,20 @@ class TLSLayer:
                     buffered.clear()
                     raise asyncio.IncompleteReadError(partial, n)
                 await self.wait_for_data(reader, "readinto_exactly")
-            view[:] = buffered[:n]
+            buf[:] = buffered[:n]  # same length: a bytearray is not resized
             del buffered[:n]
             return n
+        view = memoryview(buf)
+        try:
+            return await self._readinto_exactly(reader, view, n)
+        finally:
+            try:
+                view.release()  # (a bytearray can be resized again once this returns)
+            except BufferError:
+                pass
+
+    async def _readinto_exactly(self, reader: StreamReader, view: memoryview, n: int) -> int:
+        buffered = reader._buffer
         k = min(n, len(buffered))
         if k < n and not reader._eof:
             self._claim(reader, "readinto_exactly")  # refused before anything is consumed
@@ -435,7 +455,7 @@ class TLSLayer:
         if not data or self._closing:
             return
         total = data.nbytes if type(data) is memoryview else len(data)
-        sslobj = self._sslobj
+        sslobj = self._obj
         raw = self._raw
         try:
             if total <= _SLICE:
