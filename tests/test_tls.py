@@ -226,6 +226,32 @@ async def test_handshake_timeout(certs: Certs, socks: Callable[..., socket.socke
         await connect(aioring, port, certs, ssl_handshake_timeout=0.05)
 
 
+async def test_server_handshake_timeout(certs: Certs) -> None:
+    """A client that never says hello: the server drops it after ssl_handshake_timeout,
+    without calling back, and goes on serving."""
+    called = []
+
+    async def handler(reader: Any, writer: Any) -> None:
+        called.append(writer)
+        writer.close()
+
+    server, port = await serve(aioring, handler, certs, ssl_handshake_timeout=0.05)
+    loop = asyncio.get_running_loop()
+    with socket.create_connection((HOST, port)) as silent:
+        silent.settimeout(10)
+        try:
+            got = await loop.run_in_executor(None, silent.recv, 1)
+        except ConnectionResetError:
+            got = b""
+    assert got == b"" and not called
+    _, writer = await connect(aioring, port, certs)
+    writer.close()
+    await writer.wait_closed()
+    server.close()
+    await server.wait_closed()
+    assert len(called) == 1
+
+
 async def test_cancelled_during_handshake(certs: Certs, socks: Callable[..., socket.socket]) -> None:
     sock, port = listener(socks)
     task = asyncio.ensure_future(connect(aioring, port, certs))
