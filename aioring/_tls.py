@@ -74,9 +74,12 @@ _WANT = (ssl.SSLWantReadError, ssl.SSLWantWriteError)
 _HAS_SHUTDOWN_TIMEOUT = sys.version_info >= (3, 11)
 
 
-def _check_timeouts(func: str, handshake: float | None, shutdown: float | None) -> None:
-    if shutdown is not None and not _HAS_SHUTDOWN_TIMEOUT:
+def _check_shutdown_timeout(func: str, shutdown: float | None) -> None:
+    if shutdown is not None and not _HAS_SHUTDOWN_TIMEOUT:  # (asyncio's before 3.11 has none)
         raise TypeError(f"{func}() got an unexpected keyword argument 'ssl_shutdown_timeout'")
+
+
+def _check_timeouts(handshake: float | None, shutdown: float | None) -> None:
     for name, value in (("ssl_handshake_timeout", handshake), ("ssl_shutdown_timeout", shutdown)):
         if value is not None and value <= 0:
             raise ValueError(f"{name} should be a positive number, got {value}")
@@ -94,18 +97,18 @@ def client_context(ssl_arg: Any, host: Any, server_hostname: str | None, handsha
     """The checks of loop.create_connection (create_unix_connection with
     `unix`) for its TLS arguments, made before anything connects:
     (the context or None for plain TCP, the name to verify)."""
+    _check_shutdown_timeout(func, shutdown_timeout)
     if not ssl_arg:
         _only_with_ssl(server_hostname=server_hostname, ssl_handshake_timeout=handshake_timeout,
                        ssl_shutdown_timeout=shutdown_timeout)
-        if shutdown_timeout is None or _HAS_SHUTDOWN_TIMEOUT:
-            return None, None
+        return None, None
     if server_hostname is None:
         if unix:
             raise ValueError("you have to pass server_hostname when using ssl")
         if not host:
             raise ValueError("You must set server_hostname when using ssl without a host")
         server_hostname = host
-    _check_timeouts(func, handshake_timeout, shutdown_timeout)
+    _check_timeouts(handshake_timeout, shutdown_timeout)
     if isinstance(ssl_arg, ssl.SSLContext):
         return ssl_arg, server_hostname or None
     # ssl=True: asyncio's default client context.
@@ -118,13 +121,13 @@ def client_context(ssl_arg: Any, host: Any, server_hostname: str | None, handsha
 def server_context(ssl_arg: Any, handshake_timeout: float | None, shutdown_timeout: float | None,
                    func: str = "create_server") -> ssl.SSLContext | None:
     """The checks of loop.create_server for its TLS arguments: the context or None."""
+    _check_shutdown_timeout(func, shutdown_timeout)
     if isinstance(ssl_arg, bool):
         raise TypeError("ssl argument must be an SSLContext or None")
     if ssl_arg is None:
         _only_with_ssl(ssl_handshake_timeout=handshake_timeout, ssl_shutdown_timeout=shutdown_timeout)
-        if shutdown_timeout is None or _HAS_SHUTDOWN_TIMEOUT:
-            return None
-    _check_timeouts(func, handshake_timeout, shutdown_timeout)
+        return None
+    _check_timeouts(handshake_timeout, shutdown_timeout)
     if not isinstance(ssl_arg, ssl.SSLContext):
         raise ValueError("Server side SSL needs a valid SSLContext")
     return ssl_arg
@@ -348,28 +351,26 @@ class TLSLayer:
         return got
 
     async def readinto(self, reader: StreamReader, view: memoryview) -> int:
-        """StreamReader.readinto's part: decrypt straight into `view`."""
+        """StreamReader.readinto's part: buffered plaintext first; else a
+        record's size or more is decrypted straight into `view`, less
+        through the buffer."""
         if reader._exception is not None:
             raise reader._exception
         n = len(view)
         if not n:
             return 0
         buffered = reader._buffer
-        if buffered:
-            k = min(n, len(buffered))
-            with memoryview(buffered) as m:
-                view[:k] = m[:k]
-            del buffered[:k]
-            return k
-        if reader._eof:
-            return 0
-        if n < _RECORD:
+        if not buffered and not reader._eof:
+            if n >= _RECORD:
+                return await self._decrypt_into(reader, view, n)
             await self.wait_for_data(reader, "readinto")
-            k = min(n, len(buffered))
-            with memoryview(buffered) as m:
-                view[:k] = m[:k]
-            del buffered[:k]
-            return k
+        k = min(n, len(buffered))
+        with memoryview(buffered) as m:
+            view[:k] = m[:k]
+        del buffered[:k]
+        return k
+
+    async def _decrypt_into(self, reader: StreamReader, view: memoryview, n: int) -> int:
         self._claim(reader, "readinto")
         try:
             while True:
