@@ -724,6 +724,28 @@ static int64_t aior_fs_type(int fd)
     return (int64_t)(uint64_t)(unsigned long)sfs.f_type;
 }
 
+/* The alignment direct I/O (O_DIRECT) needs on fd, from statx's
+   STATX_DIOALIGN (Linux 6.1): *mem for the buffer's address, *off for the
+   file offset and the length.  0 when reported, -EOPNOTSUPP where the kernel
+   or the file system does not say, or -errno. */
+static int aior_dio_align(int fd, unsigned *mem, unsigned *off)
+{
+#ifdef STATX_DIOALIGN
+    struct statx st;
+
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &st) < 0)
+        return -errno;
+    if (!(st.stx_mask & STATX_DIOALIGN) || !st.stx_dio_mem_align || !st.stx_dio_offset_align)
+        return -EOPNOTSUPP;
+    *mem = st.stx_dio_mem_align;
+    *off = st.stx_dio_offset_align;
+    return 0;
+#else
+    (void)fd; (void)mem; (void)off;
+    return -EOPNOTSUPP;
+#endif
+}
+
 static int aior_sync_close(int fd)
 {
     /* No retry: after EINTR the fd is gone all the same on Linux. */
@@ -919,6 +941,7 @@ int aior_sync_openat(int dfd, const char *path, int flags, unsigned mode);
 int aior_sync_close(int fd);
 int aior_open_now(int dfd, const char *path, int flags);
 int64_t aior_fs_type(int fd);
+int aior_dio_align(int fd, unsigned *mem, unsigned *off);
 int aior_read_whole_now(int fd, char *out, unsigned n, int64_t pos);
 int64_t aior_rw_now(int write, int fd, char *buf, unsigned n);
 #define AIOR_PARTIAL ...
