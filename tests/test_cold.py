@@ -217,3 +217,26 @@ async def test_posix_fadvise_errors(disk_dir, pipe):
             assert getattr(ours.value, "errno", None) == getattr(stdlib.value, "errno", None), args
     finally:
         os.close(fd)
+
+
+async def test_direct_through_open(disk_dir):
+    """aioring.open with an opener that adds O_DIRECT: readinto an aligned
+    buffer and writes of aligned buffers work, as with the stdlib's open."""
+    path = os.path.join(disk_dir, "direct.bin")
+    content = os.urandom(3 * 4096)
+    with open(path, "wb") as f:
+        f.write(content)
+    open_direct(path)  # (skips where O_DIRECT is refused)
+
+    def opener(name, flags):
+        return os.open(name, flags | os.O_DIRECT)
+    async with aioring.open(path, "r+b", buffering=0, opener=opener) as f:
+        buf = aioring.aligned_buffer(8192)
+        assert await f.readinto(buf) == 8192 and bytes(buf) == content[:8192]
+        assert await f.tell() == 8192
+        assert await f.readinto(buf) == 4096 and bytes(buf[:4096]) == content[8192:]
+        buf[:4096] = b"z" * 4096
+        await f.seek(4096)
+        assert await f.write(memoryview(buf)[:4096]) == 4096
+    with open(path, "rb") as f:
+        assert f.read() == content[:4096] + b"z" * 4096 + content[8192:]
