@@ -13,6 +13,8 @@ device when fio is installed:
 * random 4 KiB reads at 1, 16 and 64 tasks, over a 1 GiB file, for a fixed
   time per run (reads/s):
     aioring.read     ``await aioring.read(fd, 4096, off)``
+    aioring.read.tryeach  the same, with the page-cache try before every read
+                     (CACHE_BACKOFF_MAX = 0), as before the fd learnt to skip it
     aioring.open     ``await f.seek(off); await f.read(4096)``, one
                      ``aioring.open(path, "rb", buffering=0)`` per task (the aiofiles API)
     aioring.direct   ``await aioring.readinto(fd, buf, off)``, the fd opened with
@@ -171,6 +173,17 @@ async def rand_aioring_read(path: Path, size: int, tasks: int, seconds: float) -
         return await _timed_tasks(tasks, seconds, one)
     finally:
         os.close(fd)
+
+
+async def rand_aioring_read_tryeach(path: Path, size: int, tasks: int, seconds: float) -> float:
+    from aioring import _ops
+    saved, _ops.CACHE_BACKOFF_MAX = _ops.CACHE_BACKOFF_MAX, 0
+    _ops._fd_cache.clear()
+    try:
+        return await rand_aioring_read(path, size, tasks, seconds)
+    finally:
+        _ops.CACHE_BACKOFF_MAX = saved
+        _ops._fd_cache.clear()
 
 
 async def rand_aioring_open(path: Path, size: int, tasks: int, seconds: float) -> float:
@@ -422,7 +435,8 @@ def log_sync(path: Path, records: int) -> None:
 
 
 # --------------------------------------------------------------- running
-RAND = {"aioring.read": rand_aioring_read, "aioring.open": rand_aioring_open,
+RAND = {"aioring.read": rand_aioring_read, "aioring.read.tryeach": rand_aioring_read_tryeach,
+        "aioring.open": rand_aioring_open,
         "aioring.direct": rand_aioring_direct, "aiofile": rand_aiofile, "aiofiles": rand_aiofiles,
         "threads": rand_threads}
 SEQ = {"aioring.read": seq_aioring_read, "aioring.open": seq_aioring_open, "aiofile": seq_aiofile,
@@ -614,6 +628,8 @@ class Bench:
                       self.med(*r, "aioring.open"), self.med(*r, "aiofile"), 1.0)
                 check(f"[{loop}] random 4 KiB, 64 tasks: aioring.direct vs fio O_DIRECT",
                       self.med(*r, "aioring.direct"), fio_d, 0.8)
+                check(f"[{loop}] random 4 KiB, 64 tasks: aioring.read vs the try before every read",
+                      self.med(*r, "aioring.read"), self.med(*r, "aioring.read.tryeach"), 1.0)
             s = ("seq", "1", loop)
             best = max(self.med(*s, v) or 0.0 for v in ("aioring.read", "aioring.open")) or None
             check(f"[{loop}] sequential 1 MiB chunks: aioring.open vs sync readinto",

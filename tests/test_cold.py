@@ -7,6 +7,7 @@ page cache and takes O_DIRECT.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import mmap
 import os
@@ -67,6 +68,26 @@ async def test_cold_reads_equal_pread(cold_file):
                 assert bytes(buf[:n]) == content[off:off + 5000]
             drop(path)
             assert await aioring.read(fd, SIZE + 10, 0) == content
+    finally:
+        os.close(fd)
+
+
+async def test_concurrent_cold_reads_equal_pread(cold_file):
+    """Many reads of dropped pages at once (those after the first misses are
+    handed to the kernel's workers) each return what os.pread returns."""
+    path, content = cold_file
+    fd = os.open(path, os.O_RDONLY)
+    offsets = [(i * 7919 * 4096 + i * 13) % SIZE for i in range(48)]
+    try:
+        for _ in range(2):
+            drop(path)
+            reads = [aioring.read(fd, 4096, off) for off in offsets]
+            bufs = [bytearray(3000) for _ in offsets]
+            intos = [aioring.readinto(fd, buf, off + 1) for buf, off in zip(bufs, offsets, strict=True)]
+            got = await asyncio.gather(*reads, *intos)
+            assert got[:len(offsets)] == [content[off:off + 4096] for off in offsets]
+            for n, buf, off in zip(got[len(offsets):], bufs, offsets, strict=True):
+                assert bytes(buf[:n]) == content[off + 1:off + 3001]
     finally:
         os.close(fd)
 
