@@ -132,6 +132,8 @@ def pace() -> bool:
     _unyielded[0] += 1
     if _unyielded[0] >= YIELD_EVERY:
         _unyielded[0] = 0
+        _fd_cache.clear()  # (see cache_due)
+        _plain.clear()
         return True
     return False
 
@@ -159,63 +161,69 @@ async def _yield_keeping() -> None:
 # once, so that the ring's read that follows often finds it done.
 #
 # An O_DIRECT fd is never tried: there the "non-blocking" read is a
-# synchronous device read (55 us here), which would stall the loop.  Its
-# buffers, lengths and offsets are checked against the alignment the kernel
-# reports for it (statx's STATX_DIOALIGN) before anything is submitted.  An
-# fd's flags are looked up again every FLAGS_EVERY operations, as an fd number
-# may be closed and given to another file.
+# synchronous device read (55 us here), which would stall the loop.  When the
+# kernel refuses its buffer, length or offset (EINVAL), the error names the
+# alignment the kernel reports for it (statx's STATX_DIOALIGN).
+#
+# What is known of the fds is forgotten every YIELD_EVERY calls served at once
+# (pace), as an fd number may be closed and given to another file.  A
+# page-cache hit on an fd known to be tried (_plain) costs one set lookup.
 CACHE_BACKOFF_MAX = 64
-FLAGS_EVERY = 256
 _fcntl = fcntl.fcntl
 _F_GETFL = fcntl.F_GETFL
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 _DIO_ALIGN = lib.aior_dio_align
-# fd -> [operations before its flags are looked up again, reads left for the
-# ring alone, the next backoff, O_DIRECT's buffer alignment (0: not O_DIRECT,
-# 1: not reported), O_DIRECT's offset and length alignment]
+# fd -> [reads left for the ring alone, the next backoff, O_DIRECT's buffer
+# alignment (0: not O_DIRECT, 1: not reported), O_DIRECT's offset and length
+# alignment]
 _fd_cache: dict[int, list[int]] = {}
+# fds whose reads at an offset are tried: not O_DIRECT, and no miss pending.
+_plain: set[int] = set()
 
 
 def fd_state(fd: int) -> list[int]:
-    """What is known of fd (see _fd_cache), its flags looked up when due."""
+    """What is known of fd (see _fd_cache), its flags looked up if nothing is."""
     state = _fd_cache.get(fd)
-    if state is None or state[0] <= 0:
-        state = _flags_looked_up(fd, state)
-    state[0] -= 1
-    return state
+    return state if state is not None else _flags_looked_up(fd)
 
 
-def _flags_looked_up(fd: int, state: list[int] | None) -> list[int]:
+def _flags_looked_up(fd: int) -> list[int]:
     try:
         direct = _fcntl(fd, _F_GETFL) & _O_DIRECT
     except (OSError, ValueError, OverflowError):  # (a bad fd: the operation itself reports it)
         direct = 0
-    if state is None:
-        state = _fd_cache[fd] = [0, 0, 1, 0, 0]
-    state[0] = FLAGS_EVERY
-    state[3] = state[4] = 0
+    state = _fd_cache[fd] = [0, 1, 0, 0]
     if direct:
-        state[1] = FLAGS_EVERY
+        _plain.discard(fd)
         mem, off = ffi.new("unsigned *"), ffi.new("unsigned *")
         known = _DIO_ALIGN(fd, mem, off) == 0
-        state[3], state[4] = (mem[0], off[0]) if known else (1, 1)  # (unknown: the kernel judges)
+        state[2], state[3] = (mem[0], off[0]) if known else (1, 1)  # (unknown: the kernel judges)
     return state
 
 
-def cache_due(fd: int) -> list[int] | None:
-    """The fd's state when this read at an offset is tried from the page cache
-    at once (pass it to cache_missed if the try finds nothing); None when the
-    read is the ring's alone."""
+def cache_due(fd: int) -> bool:
+    """Whether this read at an offset of fd, which is not in _plain, is tried
+    from the page cache at once (then cache_hit or cache_missed follows)."""
     state = fd_state(fd)
-    if state[1] and (_cold_reads[0] or state[3]):
-        state[1] -= 1
-        return None
-    return state
+    if state[2]:
+        return False
+    if state[0] and _cold_reads[0]:
+        state[0] -= 1
+        return False
+    return True
 
 
-def cache_missed(state: list[int]) -> None:
-    state[1] = state[2]
-    state[2] = min(state[2] * 2, CACHE_BACKOFF_MAX)
+def cache_hit(fd: int) -> None:
+    state = fd_state(fd)
+    state[0], state[1] = 0, 1
+    _plain.add(fd)
+
+
+def cache_missed(fd: int) -> None:
+    _plain.discard(fd)
+    state = fd_state(fd)
+    state[0] = state[1]
+    state[1] = min(state[1] * 2, CACHE_BACKOFF_MAX)
 
 
 # A ring read of pages that are not cached, issued in the submitting call,
@@ -237,7 +245,7 @@ def read_request(fd: int, addr: Any, n: int, offset: int) -> tuple[Any, tuple[An
     not cached (then await it with read_result)."""
     if offset >= 0:
         state = _fd_cache.get(fd)
-        if state is not None and state[2] > 1 and not state[3]:
+        if state is not None and state[1] > 1 and not state[2]:
             if _cold_reads[0]:
                 return _PREP_RW_SQE, (_READ, fd, addr, n, offset, 0, _IOSQE_ASYNC), True
             return _PREP_RW, (_READ, fd, addr, n, offset, 0), True
@@ -260,16 +268,16 @@ def direct_error(fd: int, buffer: Any, offset: int) -> OSError | None:
     """For the kernel's EINVAL on a read or write of fd: when fd is opened with
     O_DIRECT (looked up afresh), the OSError EINVAL that names the alignment
     the file needs and what was given; else None (the kernel's error stands)."""
-    state = _flags_looked_up(fd, _fd_cache.get(fd))
-    if not state[3]:
+    state = _flags_looked_up(fd)
+    if not state[2]:
         return None
     with memoryview(buffer) as view:
         n = view.nbytes
     cbuf = _from_buffer(_CHARS, buffer, False)
     addr = int(ffi.cast("uintptr_t", cbuf))
     ffi.release(cbuf)
-    need = (f"a buffer at an address that is a multiple of {state[3]} and a length and an offset that are "
-            f"multiples of {state[4]}" if state[3] > 1 else
+    need = (f"a buffer at an address that is a multiple of {state[2]} and a length and an offset that are "
+            f"multiples of {state[3]}" if state[2] > 1 else
             "buffers, lengths and offsets aligned to the disk's block size (the kernel does not report it "
             "here; 512 or 4096 on most disks)")
     return OSError(errno.EINVAL, f"{os.strerror(errno.EINVAL)}: this fd was opened with O_DIRECT, "
@@ -300,17 +308,29 @@ def read_now(fd: int, target: Any, n: int, offset: int) -> int:
     data is not in the page cache, the file system does not read without
     blocking, the fd's recent reads missed it (cache_due), or an error, which
     the ring's read reports as the kernel's)."""
-    state = cache_due(fd)
-    if state is None:
-        return -1
+    if fd not in _plain:
+        return _read_now_learning(fd, target, offset)
     try:
-        got: int = _preadv(fd, (target,), offset, _RWF_NOWAIT)  # (also for n == 0: EBADF is checked)
+        return _preadv(fd, (target,), offset, _RWF_NOWAIT)  # (also for n == 0: EBADF is checked)
     except BlockingIOError:
-        cache_missed(state)
+        cache_missed(fd)
         return -1
     except (OSError, TypeError, ValueError, BufferError):
         return -1
-    state[2] = 1
+
+
+def _read_now_learning(fd: int, target: Any, offset: int) -> int:
+    """read_now for an fd not in _plain: tried if cache_due, and learnt from."""
+    if not cache_due(fd):
+        return -1
+    try:
+        got: int = _preadv(fd, (target,), offset, _RWF_NOWAIT)
+    except BlockingIOError:
+        cache_missed(fd)
+        return -1
+    except (OSError, TypeError, ValueError, BufferError):
+        return -1
+    cache_hit(fd)
     return got
 
 
@@ -418,7 +438,7 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
     offset = check_offset(offset)
     if _ring._owed:
         _ring._deliver_owed()
-    if fd_state(fd)[3]:
+    if offset < 0 and fd_state(fd)[2]:  # (an O_DIRECT fd: never tried at once)
         return await _read_aligned(fd, size, offset)
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
@@ -443,6 +463,10 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
         finish: Callable[[Op, int], bytes] = functools.partial(_finish_read_filled, out, got)
     else:
         finish = _finish_read if not got else functools.partial(_finish_rest, got)
+    if not got and fd_state(fd)[2]:  # an O_DIRECT fd (learnt by the try): aligned memory
+        if out is not None:
+            ffi.release(buf)
+        return await _read_aligned(fd, size, offset)
     prep, args, cold = read_request(fd, buf + got, min(size - got, MAX_RW),
                                     offset + got if offset >= 0 else -1)
     op = ring.start(loop, prep, args, buf, finish, _POLLIN, offset == -1)
@@ -450,7 +474,7 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
         return await read_result(ring, op, cold)
     except OSError as exc:
         # (An O_DIRECT fd that was not known as one: nothing was read.)
-        if exc.errno != errno.EINVAL or got or not _flags_looked_up(fd, _fd_cache.get(fd))[3]:
+        if exc.errno != errno.EINVAL or got or not _flags_looked_up(fd)[2]:
             raise
     return await _read_aligned(fd, size, offset)
 
@@ -504,15 +528,13 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
             direct, n = False, 0
         if direct:
             # The hottest path: a page-cache hit read at once, written out here.
-            state = cache_due(fd)
-            if state is None:
-                got = -1
+            if fd not in _plain:
+                got = _read_now_learning(fd, buffer, offset)
             else:
                 try:
                     got = _preadv(fd, (buffer,), offset, _RWF_NOWAIT)
-                    state[2] = 1
                 except BlockingIOError:
-                    cache_missed(state)
+                    cache_missed(fd)
                     got = -1
                 except OSError:
                     got = -1  # (the ring's read reports a real error as the kernel's)
@@ -534,8 +556,8 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
         cbuf = writable_buffer(buffer)
     n = len(cbuf)
     try:
-        if fd_state(fd)[3]:
-            got = 0  # (never tried at once: see fd_state)
+        if fd_state(fd)[2]:
+            got = 0  # (an O_DIRECT fd: never tried at once)
         elif offset >= 0:
             got = _read_now_into(fd, buffer, cbuf, n, offset)
         else:
@@ -611,7 +633,7 @@ async def write(fd: int, data: Any, offset: int = -1) -> int:
     cbuf = readable_buffer(data)
     n = min(len(cbuf), MAX_RW)
     done = 0
-    if offset == -1 and n and not fd_state(fd)[3]:  # (O_DIRECT: never tried at once)
+    if offset == -1 and n and not fd_state(fd)[2]:  # (O_DIRECT: never tried at once)
         try:
             done = _rw_now(1, fd, cbuf, n)
         except OSError:

@@ -179,11 +179,13 @@ async def rand_aioring_read_tryeach(path: Path, size: int, tasks: int, seconds: 
     from aioring import _ops
     saved, _ops.CACHE_BACKOFF_MAX = _ops.CACHE_BACKOFF_MAX, 0
     _ops._fd_cache.clear()
+    _ops._plain.clear()
     try:
         return await rand_aioring_read(path, size, tasks, seconds)
     finally:
         _ops.CACHE_BACKOFF_MAX = saved
         _ops._fd_cache.clear()
+        _ops._plain.clear()
 
 
 async def rand_aioring_open(path: Path, size: int, tasks: int, seconds: float) -> float:
