@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SOURCES := pyproject.toml setup.py _build_cffi.py _build_liburing.py
 
-.PHONY: test test-all soak lint bench bench-all system-deps clean
+.PHONY: test test-all soak lint bench bench-all bench-deps system-deps clean
 
 test: lint
 	$(PY) -m pytest
@@ -43,17 +43,23 @@ lint: $(VENV)/.installed-test
 bench: $(VENV)/.installed-bench
 	$(PY) benchmarks/framed_echo.py
 
-BENCHMARKS := framed_echo file_reads sequential small_files pipes echo_rps aiofiles_ops
+BENCHMARKS := framed_echo file_reads sequential small_files pipes echo_rps aiofiles_ops cold_reads
 
 # Every benchmark in turn, each writing benchmarks/results/<name>.json; one that fails
 # does not stop the others, but makes the target fail at the end.
-bench-all: $(VENV)/.installed-bench
+# cold_reads prints fio's figure as the device's limit: fio comes from Debian.
+bench-all: $(VENV)/.installed-bench bench-deps
 	@failed=""; \
 	for b in $(BENCHMARKS); do \
 	  echo "== benchmarks/$$b.py"; \
 	  $(PY) benchmarks/$$b.py --json benchmarks/results/$$b.json || failed="$$failed $$b"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "bench-all: failed:$$failed"; exit 1; fi
+
+bench-deps:
+	@command -v fio >/dev/null 2>&1 || { echo "installing: fio"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq fio \
+	  || echo "fio could not be installed: cold_reads prints no device limit"; }
 
 # Debian packages the build needs and a fresh machine may lack.
 system-deps:

@@ -119,6 +119,25 @@ static int aior_prep_rw(struct io_uring *ring, int op, int fd, void *addr,
     return 0;
 }
 
+/* aior_prep_rw with SQE flags: IOSQE_ASYNC hands the request to the
+   kernel's workers at once instead of issuing it in the submitting call
+   (for a buffered read of pages not cached, the submitting call would start
+   the device read itself, in the loop's thread). */
+static int aior_prep_rw_sqe(struct io_uring *ring, int op, int fd, void *addr,
+                            unsigned len, int64_t off, unsigned op_flags,
+                            unsigned sqe_flags, uint64_t user_data)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+
+    if (!sqe)
+        return -EBUSY;
+    io_uring_prep_rw(op, sqe, fd, addr, len, (__u64)off);
+    sqe->rw_flags = op_flags;
+    io_uring_sqe_set_flags(sqe, sqe_flags);
+    sqe->user_data = user_data;
+    return 0;
+}
+
 /* Ask the kernel to cancel the request tagged `target`. */
 static int aior_prep_cancel(struct io_uring *ring, uint64_t target,
                             uint64_t user_data)
@@ -591,6 +610,14 @@ static int aior_sync_rw(int op, int fd, void *addr, unsigned len, int64_t off,
     }
 }
 
+/* aior_prep_rw_sqe's twin: SQE flags mean nothing to a system call. */
+static int aior_sync_rw_sqe(int op, int fd, void *addr, unsigned len, int64_t off,
+                            unsigned op_flags, unsigned sqe_flags)
+{
+    (void)sqe_flags;
+    return aior_sync_rw(op, fd, addr, len, off, op_flags);
+}
+
 static int aior_sync_openat(int dfd, const char *path, int flags, unsigned mode)
 {
     AIOR_SYSCALL(openat(dfd, path, flags, mode));
@@ -722,6 +749,28 @@ static int64_t aior_fs_type(int fd)
     if (fstatfs(fd, &sfs) < 0)
         return -errno;
     return (int64_t)(uint64_t)(unsigned long)sfs.f_type;
+}
+
+/* The alignment direct I/O (O_DIRECT) needs on fd, from statx's
+   STATX_DIOALIGN (Linux 6.1): *mem for the buffer's address, *off for the
+   file offset and the length.  0 when reported, -EOPNOTSUPP where the kernel
+   or the file system does not say, or -errno. */
+static int aior_dio_align(int fd, unsigned *mem, unsigned *off)
+{
+#ifdef STATX_DIOALIGN
+    struct statx st;
+
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &st) < 0)
+        return -errno;
+    if (!(st.stx_mask & STATX_DIOALIGN) || !st.stx_dio_mem_align || !st.stx_dio_offset_align)
+        return -EOPNOTSUPP;
+    *mem = st.stx_dio_mem_align;
+    *off = st.stx_dio_offset_align;
+    return 0;
+#else
+    (void)fd; (void)mem; (void)off;
+    return -EOPNOTSUPP;
+#endif
 }
 
 static int aior_sync_close(int fd)
@@ -863,6 +912,9 @@ int aior_probe(struct io_uring *ring, unsigned char *supported, int n);
 int aior_prep_rw(struct io_uring *ring, int op, int fd, void *addr,
                  unsigned len, int64_t off, unsigned op_flags,
                  uint64_t user_data);
+int aior_prep_rw_sqe(struct io_uring *ring, int op, int fd, void *addr,
+                     unsigned len, int64_t off, unsigned op_flags,
+                     unsigned sqe_flags, uint64_t user_data);
 int aior_prep_cancel(struct io_uring *ring, uint64_t target,
                      uint64_t user_data);
 int aior_withdraw(struct io_uring *ring, uint64_t user_data);
@@ -915,10 +967,13 @@ int aior_ring_fd(struct io_uring *ring);
 
 /* functions: the fallback's system calls, one per prep function */
 int aior_sync_rw(int op, int fd, void *addr, unsigned len, int64_t off, unsigned op_flags);
+int aior_sync_rw_sqe(int op, int fd, void *addr, unsigned len, int64_t off, unsigned op_flags,
+                     unsigned sqe_flags);
 int aior_sync_openat(int dfd, const char *path, int flags, unsigned mode);
 int aior_sync_close(int fd);
 int aior_open_now(int dfd, const char *path, int flags);
 int64_t aior_fs_type(int fd);
+int aior_dio_align(int fd, unsigned *mem, unsigned *off);
 int aior_read_whole_now(int fd, char *out, unsigned n, int64_t pos);
 int64_t aior_rw_now(int write, int fd, char *buf, unsigned n);
 #define AIOR_PARTIAL ...
@@ -971,6 +1026,7 @@ int aior_stop_request(unsigned long thread, int sig, int request);
 #define IORING_OP_SPLICE ...
 #define IORING_OP_SHUTDOWN ...
 #define IOSQE_IO_LINK ...
+#define IOSQE_ASYNC ...
 #define SPLICE_F_MOVE ...
 #define SPLICE_F_NONBLOCK ...
 #define MSG_NOSIGNAL ...

@@ -10,15 +10,45 @@ from typing import TYPE_CHECKING
 
 from . import threadpool
 from ._backend import backend, statistics
-from ._ops import fsync, read, readinto, write
+from ._ops import aligned_buffer, fsync, read, readinto, write
 from .threadpool import open, stderr, stderr_bytes, stdin, stdin_bytes, stdout, stdout_bytes
 
-__all__ = ["Server", "StreamReader", "StreamWriter", "backend", "fsync", "open", "open_connection",
-           "open_pipe_reader", "open_pipe_writer", "open_unix_connection", "read", "readinto",
-           "sock_accept", "sock_connect", "sock_recv", "sock_recv_into", "sock_recvfrom",
-           "sock_recvfrom_into", "sock_sendall", "sock_sendfile", "sock_sendto", "start_server",
-           "start_unix_server", "statistics", "stderr", "stderr_bytes", "stdin", "stdin_bytes",
-           "stdout", "stdout_bytes", "tempfile", "threadpool", "write"]
+__all__ = [
+    "Server",
+    "StreamReader",
+    "StreamWriter",
+    "aligned_buffer",
+    "backend",
+    "fsync",
+    "open",
+    "open_connection",
+    "open_pipe_reader",
+    "open_pipe_writer",
+    "open_unix_connection",
+    "read",
+    "readinto",
+    "sock_accept",
+    "sock_connect",
+    "sock_recv",
+    "sock_recv_into",
+    "sock_recvfrom",
+    "sock_recvfrom_into",
+    "sock_sendall",
+    "sock_sendfile",
+    "sock_sendto",
+    "start_server",
+    "start_unix_server",
+    "statistics",
+    "stderr",
+    "stderr_bytes",
+    "stdin",
+    "stdin_bytes",
+    "stdout",
+    "stdout_bytes",
+    "tempfile",
+    "threadpool",
+    "write",
+]
 __version__ = "0.1.0"
 
 # Sockets, streams and aioring.tempfile (and with it the stdlib's tempfile,

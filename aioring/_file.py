@@ -684,9 +684,9 @@ async def _read_into(fd: int, buf: bytes | bytearray, at: int, n: int, offset: i
             asked = min(n - got, _ops.MAX_RW)
             # The op holds the export (a tuple: the ring drops it, never
             # releases it) until its CQE, also if this coroutine is closed.
-            op = ring.start(loop, _PREP_RW, (_READ_OP, fd, cbuf + at + got, asked, offset + got, 0),
-                            (cbuf,), None, 0)
-            k = int(await _ops.result(ring, op))
+            prep, args, cold = _ops.read_request(fd, cbuf + at + got, asked, offset + got)
+            op = ring.start(loop, prep, args, (cbuf,), None, 0)
+            k = int(await _ops.read_result(ring, op, cold))
             got += k
             if k < asked:
                 break

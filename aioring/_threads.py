@@ -55,6 +55,7 @@ _PREP_POLL = lib.aior_prep_poll
 # Each prep function, its system call twin, and its opcode (None: in args[0]).
 _TWINS: dict[Any, tuple[Any, int | None]] = {
     _PREP_RW: (lib.aior_sync_rw, None),
+    lib.aior_prep_rw_sqe: (lib.aior_sync_rw_sqe, None),
     _PREP_MSG: (lib.aior_sync_msg, None),
     lib.aior_prep_openat: (lib.aior_sync_openat, lib.IORING_OP_OPENAT),
     lib.aior_prep_close: (lib.aior_sync_close, lib.IORING_OP_CLOSE),

@@ -21,8 +21,8 @@ from . import ospath as path
 from .base import wrap
 
 __all__ = ["access", "chmod", "fsync", "ftruncate", "getcwd", "link", "listdir", "lstat", "makedirs", "mkdir",
-           "path", "readlink", "remove", "removedirs", "rename", "renames", "replace", "rmdir",
-           "scandir", "sendfile", "stat", "statvfs", "symlink", "unlink", "walk", "wrap"]
+           "path", "posix_fadvise", "readlink", "remove", "removedirs", "rename", "renames", "replace",
+           "rmdir", "scandir", "sendfile", "stat", "statvfs", "symlink", "unlink", "walk", "wrap"]
 
 
 def _on_ring(os_func: Callable[..., Any],
@@ -54,6 +54,33 @@ async def fsync(fd: Any, *, loop: asyncio.AbstractEventLoop | None = None,
                 executor: Any = None) -> None:
     """os.fsync through IORING_OP_FSYNC: raises what os.fsync raises."""
     await _ops.fsync(fd)
+
+
+# Advice that only sets the file's readahead mode costs the kernel nothing;
+# the rest may read (WILLNEED), write back or drop pages (DONTNEED), so it
+# runs in the executor, as aiofiles runs os functions.
+_ADVICE_AT_ONCE = frozenset(getattr(_os, name) for name in
+                            ("POSIX_FADV_NORMAL", "POSIX_FADV_RANDOM", "POSIX_FADV_SEQUENTIAL")
+                            if hasattr(_os, name))
+
+
+async def posix_fadvise(fd: int, offset: int, length: int, advice: int, *,
+                        loop: asyncio.AbstractEventLoop | None = None, executor: Any = None) -> None:
+    """os.posix_fadvise: announce how fd's bytes from `offset` (`length` of
+    them, 0: to the end) will be read: POSIX_FADV_RANDOM (no readahead),
+    POSIX_FADV_SEQUENTIAL (more), POSIX_FADV_WILLNEED (read them in now),
+    POSIX_FADV_DONTNEED (drop them from the page cache), ...
+
+    The readahead modes are set at once; the advice that may do I/O runs in
+    the loop's executor.  Raises what os.posix_fadvise raises: TypeError for
+    a non-integer, OverflowError, OSError EBADF for a bad fd, ESPIPE for a
+    pipe, EINVAL for unknown advice or a negative length.
+    """
+    if advice in _ADVICE_AT_ONCE:
+        _os.posix_fadvise(fd, offset, length, advice)
+        return
+    running = asyncio.get_running_loop() if loop is None else loop
+    await running.run_in_executor(executor, _os.posix_fadvise, fd, offset, length, advice)
 
 
 renames = wrap(_os.renames)

@@ -1,0 +1,718 @@
+#!/usr/bin/env python3
+"""Data that is not in the page cache: reads from the device, and writes that must reach it.
+
+Every other file benchmark reads page-cached data.  Here the pages of each
+file are dropped (``posix_fadvise(POSIX_FADV_DONTNEED)``, no root needed)
+before every run, so the reads go to the disk.  The files live in
+benchmarks/.data (the real disk, never tmpfs).
+
+Workloads, each against aiofile (caio), aiofiles, a thread pool and a
+synchronous loop, with fio's figure for the same pattern as the limit of the
+device when fio is installed:
+
+* random 4 KiB reads at 1, 16 and 64 tasks, over a 1 GiB file, for a fixed
+  time per run (reads/s):
+    aioring.read     ``await aioring.read(fd, 4096, off)``
+    aioring.read.tryeach  the same, with the page-cache try before every read
+                     (CACHE_BACKOFF_MAX = 0), as before the fd learnt to skip it
+    aioring.open     ``await f.seek(off); await f.read(4096)``, one
+                     ``aioring.open(path, "rb", buffering=0)`` per task (the aiofiles API)
+    aioring.direct   ``await aioring.readinto(fd, buf, off)``, the fd opened with
+                     O_DIRECT, ``buf = aioring.aligned_buffer(4096)`` per task
+    aiofile          ``await afp.read(4096, off)`` on one ``aiofile.AIOFile``
+    aiofiles         seek + read, one unbuffered file per task
+    threads          ``run_in_executor(pool, os.pread, fd, 4096, off)``, T threads
+    sync             an ``os.pread`` loop (no event loop; 1 task only)
+    fio, fio.direct  ``fio --ioengine=io_uring --iodepth=T`` buffered and with O_DIRECT
+* a sequential read of the whole file in 1 MiB chunks (MB/s):
+    aioring.read     ``await aioring.readinto(fd, buf, off)`` in a loop
+    aioring.open     ``await f.readinto(buf)`` on ``aioring.open(path, "rb", buffering=0)``
+    aiofile          ``await afp.read(1 MiB, off)``
+    aiofiles         ``await f.read(1 MiB)``
+    threads          ``run_in_executor(None, f.readinto, buf)``
+    sync             ``f.readinto(buf)`` on ``open(path, "rb", buffering=0)``
+    fio              ``fio --rw=read --bs=1M --iodepth=1``
+* small files: the 24 files of small_files.py's experiment (1 KiB to 100
+  KiB), their pages dropped before each round, read whole concurrently (one
+  task per file: open, read, close); the blocking ``open()`` reads them one
+  after the other.  Wall time per round.
+* an append log: 256-byte records appended, ``fdatasync`` every 16 records
+  (records/s), by one writer:
+    aioring          ``await f.write(rec)`` on ``aioring.open(path, "ab", buffering=0)``,
+                     ``await aioring.fsync(f, datasync=True)``
+    aiofile          ``await afp.write(rec, off)``, ``await afp.fdsync()``
+    aiofiles         ``await f.write(rec)``; ``await f.flush()`` and ``fdatasync``
+                     in the executor every 16
+    sync             ``os.write`` + ``os.fdatasync``
+
+One untimed read of the big file comes first, so that no variant pays alone
+for what a virtual disk's host caches.  The disk here may be a noisy virtual
+disk and the machine shared: every
+configuration runs --repeat times, the variants interleaved round-robin (the
+order rotated each round), and the median is reported with the spread
+(max/min) of its runs.  The verdicts compare medians taken in the same run.
+
+Run from the repository root:  python benchmarks/cold_reads.py [--quick] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from benchlib import (
+    GIB, KIB, MB, MIB, REPO, aioring_backend, ensure_dir, log, machine_line, mount_of, optional, render,
+    require_space, run_in_new_loop, run_meta, uvloop, write_json, write_random,
+)
+
+try:
+    import aioring
+except ImportError:  # not installed: use the checkout this script lives in
+    sys.path.insert(0, str(REPO))
+    import aioring
+
+aiofile = optional("aiofile")
+aiofiles = optional("aiofiles")
+
+DATA = REPO / "benchmarks" / ".data"
+BLOCK = 4096
+CHUNK = MIB
+RECORD = 256
+SYNC_EVERY = 16
+SMALL_N = 24
+TASKS = (1, 16, 64)
+DEFAULTS = {"repeat": 3, "seconds": 2.0, "size": GIB, "rounds": 10, "records": 1024}
+QUICK = {"repeat": 2, "seconds": 0.7, "size": 256 * MIB, "rounds": 4, "records": 256}
+
+
+# --------------------------------------------------------------------- data
+def drop(path: str | Path) -> None:
+    """Drop the file's clean pages from the page cache (its dirty ones were synced when written)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def cached_bytes(path: str | Path) -> int | None:
+    """How much of the file is in the page cache (util-linux's fincore), None without it."""
+    if shutil.which("fincore") is None:
+        return None
+    try:
+        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        return int(out.split()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def make_files(size: int) -> tuple[Path, list[Path]]:
+    """The big file (`size` bytes, synced, so that its pages can be dropped) and the small files."""
+    ensure_dir(DATA)
+    big = DATA / f"cold_{size // MIB}m.bin"
+    if not big.exists() or big.stat().st_size != size:
+        require_space(DATA, size + 64 * MIB, f"cold_reads: {DATA} needs {size // MIB + 64} MiB free")
+        log(f"writing {big} ({size // MIB} MiB) ...")
+        write_random(big, big.with_suffix(".partial"), size, random.Random(1).randbytes)
+    small_dir = DATA / "cold_small"
+    small_dir.mkdir(exist_ok=True)
+    rng = random.Random(24)
+    small = []
+    for i in range(SMALL_N):
+        p = small_dir / f"f{i:02d}.bin"
+        n = rng.randint(KIB, 100 * KIB)
+        if not p.exists() or p.stat().st_size != n:
+            p.write_bytes(rng.randbytes(n))
+        small.append(p)
+    for p in (big, *small):  # dirty pages cannot be dropped
+        fd = os.open(p, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    return big, small
+
+
+def offsets(seed: int, size: int) -> Callable[[], int]:
+    rng = random.Random(seed)
+    blocks = size // BLOCK
+    return lambda: rng.randrange(blocks) * BLOCK
+
+
+# ------------------------------------------------------ random 4 KiB reads
+async def _timed_tasks(tasks: int, seconds: float, one: Callable[[int], Awaitable[int]]) -> float:
+    """Run `tasks` copies of one(i) (each returns its count of reads) for `seconds`; reads/s."""
+    start = time.perf_counter()
+    counts = await asyncio.gather(*(one(i) for i in range(tasks)))
+    return sum(counts) / (time.perf_counter() - start)
+
+
+async def rand_aioring_read(path: Path, size: int, tasks: int, seconds: float) -> float:
+    fd = os.open(path, os.O_RDONLY)
+    end = time.perf_counter() + seconds
+
+    async def one(i: int) -> int:
+        nxt, n = offsets(i, size), 0
+        while time.perf_counter() < end:
+            if len(await aioring.read(fd, BLOCK, nxt())) != BLOCK:
+                raise AssertionError("short read")
+            n += 1
+        return n
+    try:
+        return await _timed_tasks(tasks, seconds, one)
+    finally:
+        os.close(fd)
+
+
+async def rand_aioring_read_tryeach(path: Path, size: int, tasks: int, seconds: float) -> float:
+    from aioring import _ops
+    saved, _ops.CACHE_BACKOFF_MAX = _ops.CACHE_BACKOFF_MAX, 0
+    _ops._fd_cache.clear()
+    _ops._plain.clear()
+    try:
+        return await rand_aioring_read(path, size, tasks, seconds)
+    finally:
+        _ops.CACHE_BACKOFF_MAX = saved
+        _ops._fd_cache.clear()
+        _ops._plain.clear()
+
+
+async def rand_aioring_open(path: Path, size: int, tasks: int, seconds: float) -> float:
+    end = time.perf_counter() + seconds
+
+    async def one(i: int) -> int:
+        nxt, n = offsets(i, size), 0
+        async with aioring.open(path, "rb", buffering=0) as f:
+            while time.perf_counter() < end:
+                await f.seek(nxt())
+                if len(await f.read(BLOCK)) != BLOCK:
+                    raise AssertionError("short read")
+                n += 1
+        return n
+    return await _timed_tasks(tasks, seconds, one)
+
+
+async def rand_aioring_direct(path: Path, size: int, tasks: int, seconds: float) -> float:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    end = time.perf_counter() + seconds
+
+    async def one(i: int) -> int:
+        nxt, n = offsets(i, size), 0
+        buf = aioring.aligned_buffer(BLOCK)
+        while time.perf_counter() < end:
+            if await aioring.readinto(fd, buf, nxt()) != BLOCK:
+                raise AssertionError("short read")
+            n += 1
+        return n
+    try:
+        return await _timed_tasks(tasks, seconds, one)
+    finally:
+        os.close(fd)
+
+
+async def rand_aiofile(path: Path, size: int, tasks: int, seconds: float) -> float:
+    assert aiofile is not None
+    end = time.perf_counter() + seconds
+    async with aiofile.AIOFile(str(path), "rb") as afp:
+        async def one(i: int) -> int:
+            nxt, n = offsets(i, size), 0
+            while time.perf_counter() < end:
+                if len(await afp.read(BLOCK, nxt())) != BLOCK:
+                    raise AssertionError("short read")
+                n += 1
+            return n
+        return await _timed_tasks(tasks, seconds, one)
+
+
+async def rand_aiofiles(path: Path, size: int, tasks: int, seconds: float) -> float:
+    assert aiofiles is not None
+    end = time.perf_counter() + seconds
+
+    async def one(i: int) -> int:
+        nxt, n = offsets(i, size), 0
+        async with aiofiles.open(path, "rb", buffering=0) as f:
+            while time.perf_counter() < end:
+                await f.seek(nxt())
+                if len(await f.read(BLOCK)) != BLOCK:
+                    raise AssertionError("short read")
+                n += 1
+        return n
+    return await _timed_tasks(tasks, seconds, one)
+
+
+async def rand_threads(path: Path, size: int, tasks: int, seconds: float) -> float:
+    fd = os.open(path, os.O_RDONLY)
+    loop = asyncio.get_running_loop()
+    end = time.perf_counter() + seconds
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=tasks)
+
+    async def one(i: int) -> int:
+        nxt, n = offsets(i, size), 0
+        while time.perf_counter() < end:
+            if len(await loop.run_in_executor(pool, os.pread, fd, BLOCK, nxt())) != BLOCK:
+                raise AssertionError("short read")
+            n += 1
+        return n
+    try:
+        return await _timed_tasks(tasks, seconds, one)
+    finally:
+        pool.shutdown()
+        os.close(fd)
+
+
+def rand_sync(path: Path, size: int, seconds: float) -> float:
+    fd = os.open(path, os.O_RDONLY)
+    nxt, n = offsets(0, size), 0
+    start = time.perf_counter()
+    end = start + seconds
+    try:
+        while time.perf_counter() < end:
+            if len(os.pread(fd, BLOCK, nxt())) != BLOCK:
+                raise AssertionError("short read")
+            n += 1
+    finally:
+        os.close(fd)
+    return n / (time.perf_counter() - start)
+
+
+# ------------------------------------------------------------------- fio
+def fio(path: Path, size: int, rw: str, bs: int, depth: int, direct: bool, seconds: float) -> float:
+    """fio's io_uring figure for the pattern: IOPS for random reads, MB/s for sequential ones.
+    fio drops the file's pages itself before it starts (--invalidate=1)."""
+    cmd = ["fio", "--name=cold", f"--filename={path}", f"--rw={rw}", f"--bs={bs}", "--ioengine=io_uring",
+           f"--iodepth={depth}", f"--direct={int(direct)}", f"--size={size}", "--invalidate=1",
+           "--output-format=json", "--randrepeat=0"]
+    if rw == "randread":
+        cmd += ["--time_based", f"--runtime={max(1, round(seconds))}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout
+    job = json.loads(out[out.index("{"):])["jobs"][0]["read"]
+    return float(job["iops"]) if rw == "randread" else job["bw_bytes"] / MB
+
+
+# ------------------------------------------------------------ sequential
+async def seq_aioring_read(path: Path) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    buf, total = bytearray(CHUNK), 0
+    try:
+        while n := await aioring.readinto(fd, buf, total):
+            total += n
+    finally:
+        os.close(fd)
+    return total
+
+
+async def seq_aioring_open(path: Path) -> int:
+    buf, total = bytearray(CHUNK), 0
+    async with aioring.open(path, "rb", buffering=0) as f:
+        while n := await f.readinto(buf):
+            total += n
+    return total
+
+
+async def seq_aiofile(path: Path) -> int:
+    assert aiofile is not None
+    total = 0
+    async with aiofile.AIOFile(str(path), "rb") as afp:
+        while data := await afp.read(CHUNK, total):
+            total += len(data)
+    return total
+
+
+async def seq_aiofiles(path: Path) -> int:
+    assert aiofiles is not None
+    total = 0
+    async with aiofiles.open(path, "rb") as f:
+        while data := await f.read(CHUNK):
+            total += len(data)
+    return total
+
+
+async def seq_threads(path: Path) -> int:
+    loop = asyncio.get_running_loop()
+    buf, total = bytearray(CHUNK), 0
+    with open(path, "rb", buffering=0) as f:
+        while n := await loop.run_in_executor(None, f.readinto, buf):
+            total += n
+    return total
+
+
+def seq_sync(path: Path) -> int:
+    buf, total = bytearray(CHUNK), 0
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            total += n
+    return total
+
+
+# ----------------------------------------------------------- small files
+async def small_aioring(paths: list[Path]) -> int:
+    async def one(p: Path) -> int:
+        async with aioring.open(p, "rb") as f:
+            return len(await f.read())
+    return sum(await asyncio.gather(*map(one, paths)))
+
+
+async def small_aiofiles(paths: list[Path]) -> int:
+    assert aiofiles is not None
+
+    async def one(p: Path) -> int:
+        async with aiofiles.open(p, "rb") as f:
+            return len(await f.read())
+    return sum(await asyncio.gather(*map(one, paths)))
+
+
+async def small_aiofile(paths: list[Path]) -> int:
+    assert aiofile is not None
+
+    async def one(p: Path) -> int:
+        async with aiofile.AIOFile(str(p), "rb") as afp:
+            return len(await afp.read_bytes())
+    return sum(await asyncio.gather(*map(one, paths)))
+
+
+def small_sync(paths: list[Path]) -> int:
+    total = 0
+    for p in paths:
+        with open(p, "rb") as f:
+            total += len(f.read())
+    return total
+
+
+# ------------------------------------------------------------ append log
+def _record(i: int) -> bytes:
+    return (b"%08d " % i).ljust(RECORD - 1, b"x") + b"\n"
+
+
+async def log_aioring(path: Path, records: int) -> None:
+    async with aioring.open(path, "ab", buffering=0) as f:
+        for i in range(records):
+            await f.write(_record(i))
+            if i % SYNC_EVERY == SYNC_EVERY - 1:
+                await aioring.fsync(f, datasync=True)
+
+
+async def log_aiofile(path: Path, records: int) -> None:
+    assert aiofile is not None
+    async with aiofile.AIOFile(str(path), "ab") as afp:
+        off = os.path.getsize(path)
+        for i in range(records):
+            rec = _record(i)
+            await afp.write(rec, off)
+            off += len(rec)
+            if i % SYNC_EVERY == SYNC_EVERY - 1:
+                await afp.fdsync()
+
+
+async def log_aiofiles(path: Path, records: int) -> None:
+    assert aiofiles is not None
+    loop = asyncio.get_running_loop()
+    async with aiofiles.open(path, "ab") as f:
+        for i in range(records):
+            await f.write(_record(i))
+            if i % SYNC_EVERY == SYNC_EVERY - 1:
+                await f.flush()
+                await loop.run_in_executor(None, os.fdatasync, f.fileno())
+
+
+def log_sync(path: Path, records: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        for i in range(records):
+            os.write(fd, _record(i))
+            if i % SYNC_EVERY == SYNC_EVERY - 1:
+                os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------- running
+RAND = {"aioring.read": rand_aioring_read, "aioring.read.tryeach": rand_aioring_read_tryeach,
+        "aioring.open": rand_aioring_open,
+        "aioring.direct": rand_aioring_direct, "aiofile": rand_aiofile, "aiofiles": rand_aiofiles,
+        "threads": rand_threads}
+SEQ = {"aioring.read": seq_aioring_read, "aioring.open": seq_aioring_open, "aiofile": seq_aiofile,
+       "aiofiles": seq_aiofiles, "threads": seq_threads}
+SMALL = {"aioring": small_aioring, "aiofile": small_aiofile, "aiofiles": small_aiofiles}
+LOG = {"aioring": log_aioring, "aiofile": log_aiofile,
+       "aiofiles": log_aiofiles}
+NEEDS = {"aiofile": aiofile, "aiofiles": aiofiles}
+
+
+class Bench:
+    """Runs the configurations of one workload round-robin and keeps every sample."""
+
+    def __init__(self, args: argparse.Namespace, big: Path, small: list[Path]) -> None:
+        self.args, self.big, self.small = args, big, small
+        self.size = big.stat().st_size
+        self.samples: dict[tuple[str, ...], list[float]] = {}
+        self.errors: list[str] = []
+        self.fio = shutil.which("fio") is not None
+
+    def available(self, variant: str) -> bool:
+        return NEEDS.get(variant.split(".", maxsplit=1)[0], True) is not None
+
+    def run(self, key: tuple[str, ...], fn: Callable[[], float]) -> None:
+        try:
+            value = fn()
+        except Exception as exc:  # a failed run is reported, the others go on
+            self.errors.append(f"{'/'.join(key)}: {type(exc).__name__}: {exc}")
+            log(f"  {'/'.join(key)} FAILED: {exc}")
+            return
+        self.samples.setdefault(key, []).append(value)
+        log(f"  {'/'.join(key):<34} {value:12,.1f}")
+
+    def rounds(self, configs: list[tuple[tuple[str, ...], Callable[[], float]]]) -> None:
+        for r in range(self.args.repeat):
+            shift = r % len(configs)
+            for key, fn in configs[shift:] + configs[:shift]:
+                self.run(key, fn)
+
+    def in_loop(self, loop: str, coro_fn: Callable[[], Awaitable[Any]]) -> Any:
+        return run_in_new_loop(loop, coro_fn, self.args.timeout)
+
+    # Each workload: its configurations, each a function returning its figure.
+    def random_reads(self) -> None:
+        a, size, big = self.args, self.size, self.big
+        configs: list[tuple[tuple[str, ...], Callable[[], float]]] = []
+        for t in a.tasks:
+            for loop in a.loops:
+                for name, fn in RAND.items():
+                    if self.available(name):
+                        configs.append((("rand", str(t), loop, name), self._cold_big(
+                            lambda fn=fn, t=t, loop=loop: self.in_loop(
+                                loop, lambda: fn(big, size, t, a.seconds)))))
+            if t == 1:
+                configs.append((("rand", "1", "-", "sync"),
+                                self._cold_big(lambda: rand_sync(big, size, a.seconds))))
+            if self.fio:
+                for direct in (False, True):
+                    configs.append((("rand", str(t), "-", "fio.direct" if direct else "fio"),
+                                    lambda t=t, direct=direct: fio(big, size, "randread", BLOCK, t, direct,
+                                                                   a.seconds)))
+        self.rounds(configs)
+
+    def sequential(self) -> None:
+        a, big = self.args, self.big
+        configs: list[tuple[tuple[str, ...], Callable[[], float]]] = []
+        for loop in a.loops:
+            for name, fn in SEQ.items():
+                if self.available(name):
+                    configs.append((("seq", "1", loop, name), self._cold_big(
+                        self._rate(lambda fn=fn, loop=loop: self.in_loop(loop, lambda: fn(big))))))
+        configs.append((("seq", "1", "-", "sync"), self._cold_big(self._rate(lambda: seq_sync(big)))))
+        if self.fio:
+            configs.append((("seq", "1", "-", "fio"),
+                            lambda: fio(big, self.size, "read", CHUNK, 1, False, 0)))
+        self.rounds(configs)
+
+    def small_files(self) -> None:
+        a, paths = self.args, self.small
+        want = sum(p.stat().st_size for p in paths)
+        configs: list[tuple[tuple[str, ...], Callable[[], float]]] = []
+        for loop in a.loops:
+            for name, fn in SMALL.items():
+                if self.available(name):
+                    configs.append((("small", str(SMALL_N), loop, name),
+                                    lambda fn=fn, loop=loop: self._small_rounds(
+                                        lambda: self.in_loop(loop, lambda: fn(paths)), want)))
+        configs.append((("small", str(SMALL_N), "-", "open()"),
+                        lambda: self._small_rounds(lambda: small_sync(paths), want)))
+        self.rounds(configs)
+
+    def append_log(self) -> None:
+        a = self.args
+        path = DATA / "cold_log.bin"
+        configs: list[tuple[tuple[str, ...], Callable[[], float]]] = []
+        for loop in a.loops:
+            for name, fn in LOG.items():
+                if self.available(name):
+                    configs.append((("log", str(SYNC_EVERY), loop, name), self._log_run(
+                        path, lambda fn=fn, loop=loop: self.in_loop(loop, lambda: fn(path, a.records)))))
+        configs.append((("log", str(SYNC_EVERY), "-", "sync"),
+                        self._log_run(path, lambda: log_sync(path, a.records))))
+        self.rounds(configs)
+
+    def _cold_big(self, fn: Callable[[], float]) -> Callable[[], float]:
+        def run() -> float:
+            drop(self.big)
+            return fn()
+        return run
+
+    def _rate(self, fn: Callable[[], int]) -> Callable[[], float]:
+        def run() -> float:
+            start = time.perf_counter()
+            total = fn()
+            wall = time.perf_counter() - start
+            if total != self.size:
+                raise AssertionError(f"read {total} bytes of {self.size}")
+            return total / MB / wall
+        return run
+
+    def _small_rounds(self, one_round: Callable[[], int], want: int) -> float:
+        """Median wall time (ms) of --rounds rounds, the pages dropped before each."""
+        times = []
+        for _ in range(self.args.rounds):
+            for p in self.small:
+                drop(p)
+            start = time.perf_counter()
+            got = one_round()
+            times.append((time.perf_counter() - start) * 1000)
+            if got != want:
+                raise AssertionError(f"read {got} bytes of {want}")
+        return median(times)
+
+    def _log_run(self, path: Path, fn: Callable[[], None]) -> Callable[[], float]:
+        def run() -> float:
+            path.write_bytes(b"")
+            fd = os.open(path, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+            start = time.perf_counter()
+            fn()
+            rate = self.args.records / (time.perf_counter() - start)
+            if path.stat().st_size != self.args.records * RECORD:
+                raise AssertionError("the log is not whole")
+            return rate
+        return run
+
+    # ---------------------------------------------------------- reporting
+    def med(self, *key: str) -> float | None:
+        values = self.samples.get(key)
+        return median(values) if values else None
+
+    def table(self, workload: str, unit: str, lower_is_better: bool = False) -> str:
+        keys = sorted({k for k in self.samples if k[0] == workload},
+                      key=lambda k: (int(k[1]), k[2], k[3]))
+        rows = []
+        for k in keys:
+            v = self.samples[k]
+            spread = max(v) / min(v) - 1 if min(v) > 0 else 0.0
+            rows.append([k[1], k[2], k[3], f"{median(v):,.1f}", f"{spread:.0%}", str(len(v))])
+        head = {"rand": "tasks", "seq": "tasks", "small": "files", "log": "sync every"}[workload]
+        value = f"median {unit}" + (" (lower is better)" if lower_is_better else "")
+        return render([head, "loop", "variant", value, "max/min-1", "runs"], rows, left=3)
+
+    def verdicts(self) -> list[str]:
+        out: list[str] = []
+
+        def check(what: str, value: float | None, ref: float | None, factor: float,
+                  at_most: bool = False) -> None:
+            if value is None or ref is None:
+                out.append(f"SKIP  {what} (not measured)")
+                return
+            ratio = value / ref
+            ok = ratio <= factor if at_most else ratio >= factor
+            out.append(f"{'PASS' if ok else 'FAIL'}  {what}: {ratio:.2f}x (goal {'<=' if at_most else '>='} "
+                       f"{factor}x)")
+
+        for loop in self.args.loops:
+            if "64" in map(str, self.args.tasks):
+                r = ("rand", "64", loop)
+                fio_b, fio_d = self.med("rand", "64", "-", "fio"), self.med("rand", "64", "-", "fio.direct")
+                check(f"[{loop}] random 4 KiB, 64 tasks: aioring.read vs fio (buffered)",
+                      self.med(*r, "aioring.read"), fio_b, 0.8)
+                check(f"[{loop}] random 4 KiB, 64 tasks: aioring.read vs aiofile",
+                      self.med(*r, "aioring.read"), self.med(*r, "aiofile"), 1.0)
+                check(f"[{loop}] random 4 KiB, 64 tasks: aioring.open vs fio (buffered)",
+                      self.med(*r, "aioring.open"), fio_b, 0.7)
+                check(f"[{loop}] random 4 KiB, 64 tasks: aioring.open vs aiofile",
+                      self.med(*r, "aioring.open"), self.med(*r, "aiofile"), 1.0)
+                check(f"[{loop}] random 4 KiB, 64 tasks: aioring.direct vs fio O_DIRECT",
+                      self.med(*r, "aioring.direct"), fio_d, 0.8)
+                check(f"[{loop}] random 4 KiB, 64 tasks: aioring.read vs the try before every read",
+                      self.med(*r, "aioring.read"), self.med(*r, "aioring.read.tryeach"), 1.0)
+            s = ("seq", "1", loop)
+            best = max(self.med(*s, v) or 0.0 for v in ("aioring.read", "aioring.open")) or None
+            check(f"[{loop}] sequential 1 MiB chunks: aioring.open vs sync readinto",
+                  self.med(*s, "aioring.open"), self.med("seq", "1", "-", "sync"), 1.0)
+            check(f"[{loop}] sequential 1 MiB chunks: aioring (best) vs aiofiles",
+                  best, self.med(*s, "aiofiles"), 1.5)
+            m = ("small", str(SMALL_N), loop)
+            check(f"[{loop}] small files x{SMALL_N}: aioring wall time vs blocking open()",
+                  self.med(*m, "aioring"), self.med("small", str(SMALL_N), "-", "open()"), 1.2, at_most=True)
+            check(f"[{loop}] small files x{SMALL_N}: aioring wall time vs aiofiles",
+                  self.med(*m, "aioring"), self.med(*m, "aiofiles"), 0.5, at_most=True)
+        return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, help="runs per configuration, interleaved "
+                        f"(default {DEFAULTS['repeat']}, --quick {QUICK['repeat']})")
+    parser.add_argument("--seconds", type=float, help="seconds per random-read run")
+    parser.add_argument("--size", type=int, help="bytes in the big file (default 1 GiB, --quick 256 MiB)")
+    parser.add_argument("--rounds", type=int, help="small-file rounds per run")
+    parser.add_argument("--records", type=int, help="log records per run")
+    parser.add_argument("--tasks", type=lambda s: [int(x) for x in s.split(",")], default=list(TASKS))
+    parser.add_argument("--loops", type=lambda s: s.split(","),
+                        default=["asyncio", "uvloop"] if uvloop is not None else ["asyncio"])
+    parser.add_argument("--workloads", type=lambda s: s.split(","), default=["rand", "seq", "small", "log"])
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--quick", action="store_true", help="a shorter run: fewer repeats, a 256 MiB file")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the samples and medians here")
+    args = parser.parse_args()
+    for name, value in (QUICK if args.quick else DEFAULTS).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    backend = aioring_backend(aioring)
+    big, small = make_files(args.size)
+    point, fstype = mount_of(DATA)
+    if fstype in ("tmpfs", "ramfs"):
+        sys.exit(f"cold_reads: {DATA} is on {fstype}; the data must be on a disk")
+    meta = run_meta(backend, ["aiofile", "aiofiles", "uvloop", "caio"])
+    # One untimed read first: a virtual disk's host may cache what was read
+    # (outside this machine's page cache), and the first run would otherwise
+    # pay for that alone.
+    drop(big)
+    seq_sync(big)
+    drop(big)
+    left = cached_bytes(big)
+    bench = Bench(args, big, small)
+    print(f"{machine_line(meta)} | aioring backend {backend} | data on {point} ({fstype})")
+    print(f"big file {args.size // MIB} MiB; after dropping its pages "
+          + (f"{left // KIB} KiB of it stayed cached (fincore)" if left is not None
+             else "(fincore not found)")
+          + f"; fio: {'found' if bench.fio else 'not installed, no device limit printed'}")
+    steps = {"rand": bench.random_reads, "seq": bench.sequential, "small": bench.small_files,
+             "log": bench.append_log}
+    for w in args.workloads:
+        log(f"== {w}")
+        steps[w]()
+    units = {"rand": ("Random 4 KiB reads, cold", "reads/s", False),
+             "seq": ("Sequential read of the whole file in 1 MiB chunks, cold", "MB/s", False),
+             "small": (f"{SMALL_N} small files read whole, cold: wall time per round", "ms", True),
+             "log": (f"Append log, {RECORD}-byte records, fdatasync every {SYNC_EVERY}", "records/s", False)}
+    for w in args.workloads:
+        title, unit, lower = units[w]
+        print(f"\n{title}")
+        print(bench.table(w, unit, lower))
+    print("\nVerdicts (medians of the same run):")
+    for line in bench.verdicts():
+        print("  " + line)
+    spreads = [max(v) / min(v) - 1 for v in bench.samples.values() if len(v) > 1 and min(v) > 0]
+    if spreads:
+        print(f"Noise: the runs of one configuration differed by {median(spreads):.0%} (median max/min-1) "
+              f"and by up to {max(spreads):.0%}.")
+    if bench.errors:
+        print("FAILED runs:\n  " + "\n  ".join(bench.errors))
+    write_json(args.json, {"meta": meta, "args": {k: v for k, v in vars(args).items() if k != "json"},
+                           "samples": [{"key": list(k), "values": v} for k, v in bench.samples.items()],
+                           "errors": bench.errors})
+    if bench.errors:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""Data that is not in the page cache, O_DIRECT, and readahead advice.
+
+Pages are dropped with posix_fadvise(POSIX_FADV_DONTNEED), which needs no
+root; the files are on the real disk (disk_dir), whose file system keeps a
+page cache and takes O_DIRECT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import mmap
+import os
+
+import pytest
+
+import aioring
+import aioring.os
+from aioring import _ops
+
+SIZE = 1024 * 1024 + 4096 * 3 + 100  # (ends off a block)
+
+
+@pytest.fixture
+def cold_file(disk_dir):
+    """A file of random bytes, synced, its pages dropped; (path, content)."""
+    path = os.path.join(disk_dir, "cold.bin")
+    content = os.urandom(SIZE)
+    with open(path, "wb") as f:
+        f.write(content)
+        f.flush()
+        os.fsync(f.fileno())
+    drop(path)
+    return path, content
+
+
+def drop(path):
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+
+
+def open_direct(path, flags=os.O_RDONLY):
+    try:
+        return os.open(path, flags | os.O_DIRECT)
+    except OSError as exc:  # (a file system without O_DIRECT)
+        pytest.skip(f"O_DIRECT refused here: {exc}")
+
+
+OFFSETS = [0, 1, 4095, 4096, 65536 + 17, SIZE - 4096, SIZE - 100, SIZE - 1, SIZE, SIZE + 4096]
+
+
+async def test_cold_reads_equal_pread(cold_file):
+    """Reads of dropped pages at offsets, scattered and then again once
+    cached, return what os.pread returns (also after the reads of the fd
+    have learnt to skip the page-cache try)."""
+    path, content = cold_file
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for _ in range(2):  # cold, then cached
+            for off in OFFSETS:
+                want = os.pread(fd, 4096, off)
+                drop(path)
+                assert await aioring.read(fd, 4096, off) == want
+                buf = bytearray(5000)
+                drop(path)
+                n = await aioring.readinto(fd, buf, off)
+                assert bytes(buf[:n]) == content[off:off + 5000]
+            drop(path)
+            assert await aioring.read(fd, SIZE + 10, 0) == content
+    finally:
+        os.close(fd)
+
+
+async def test_concurrent_cold_reads_equal_pread(cold_file):
+    """Many reads of dropped pages at once (those after the first misses are
+    handed to the kernel's workers) each return what os.pread returns."""
+    path, content = cold_file
+    fd = os.open(path, os.O_RDONLY)
+    offsets = [(i * 7919 * 4096 + i * 13) % SIZE for i in range(48)]
+    try:
+        for _ in range(2):
+            drop(path)
+            reads = [aioring.read(fd, 4096, off) for off in offsets]
+            bufs = [bytearray(3000) for _ in offsets]
+            intos = [aioring.readinto(fd, buf, off + 1) for buf, off in zip(bufs, offsets, strict=True)]
+            got = await asyncio.gather(*reads, *intos)
+            assert got[:len(offsets)] == [content[off:off + 4096] for off in offsets]
+            for n, buf, off in zip(got[len(offsets):], bufs, offsets, strict=True):
+                assert bytes(buf[:n]) == content[off + 1:off + 3001]
+    finally:
+        os.close(fd)
+
+
+async def test_cold_file_api_equals_stdlib(cold_file):
+    """aioring.open's reads of a file whose pages were dropped return what
+    the stdlib's open() returns: whole, in chunks, at sought offsets."""
+    path, content = cold_file
+    async with aioring.open(path, "rb") as f:
+        assert await f.read() == content
+    for buffering in (0, -1):
+        drop(path)
+        async with aioring.open(path, "rb", buffering=buffering) as f:
+            chunks = []
+            while chunk := await f.read(100_000):
+                chunks.append(chunk)
+            assert b"".join(chunks) == content
+            for off in OFFSETS:
+                drop(path)
+                await f.seek(off)
+                assert await f.read(3000) == content[off:off + 3000]
+
+
+async def test_direct_round_trip(disk_dir):
+    """With O_DIRECT and aligned buffers, aioring.write then aioring.read
+    and readinto give back the bytes, as os.pread sees them."""
+    path = os.path.join(disk_dir, "direct.bin")
+    fd = open_direct(path, os.O_RDWR | os.O_CREAT)
+    try:
+        block = aioring.aligned_buffer(8192)
+        block[:] = os.urandom(8192)
+        assert await aioring.write(fd, block, 4096) == 8192
+        assert await aioring.write(fd, block, 0) == 8192  # (overlapping)
+        expected = bytes(block) + bytes(block)[4096:]
+        with open(path, "rb") as f:  # (buffered: os.pread's buffer is not aligned)
+            assert f.read() == expected
+        assert await aioring.read(fd, 12288, 0) == expected
+        assert await aioring.read(fd, 4096, 8192) == expected[8192:]
+        into = aioring.aligned_buffer(12288)
+        assert await aioring.readinto(fd, into, 0) == 12288
+        assert bytes(into) == expected
+        assert await aioring.readinto(fd, into, 16384) == 0  # end of file
+    finally:
+        os.close(fd)
+
+
+async def test_direct_misaligned_errors(disk_dir):
+    """A misaligned buffer, length or offset on an O_DIRECT fd raises OSError
+    EINVAL, as os.preadv and os.pwrite do, naming the alignment it needs."""
+    path = os.path.join(disk_dir, "direct.bin")
+    content = os.urandom(16384)
+    with open(path, "wb") as f:
+        f.write(content)
+    fd = open_direct(path, os.O_RDWR)
+    try:
+        aligned = aioring.aligned_buffer(8192)
+        misaligned = memoryview(aligned)[1:4097]
+        cases = [("readinto", misaligned, 0), ("readinto", aligned, 100),
+                 ("readinto", memoryview(aligned)[:100], 0), ("write", misaligned, 0),
+                 ("write", aligned, 1)]
+        for kind, buf, off in cases:
+            with pytest.raises(OSError) as stdlib:
+                (os.preadv(fd, [buf], off) if kind == "readinto" else os.pwritev(fd, [buf], off))
+            with pytest.raises(OSError) as ours:
+                await (aioring.readinto(fd, buf, off) if kind == "readinto" else aioring.write(fd, buf, off))
+            assert ours.value.errno == stdlib.value.errno == errno.EINVAL
+            assert "O_DIRECT" in str(ours.value) and "multiple of" in str(ours.value)
+        with pytest.raises(OSError) as ours:
+            await aioring.read(fd, 100, 0)
+        assert ours.value.errno == errno.EINVAL and "O_DIRECT" in str(ours.value)
+        assert await aioring.read(fd, 16384, 0) == content  # nothing was written
+        misaligned.release()
+    finally:
+        os.close(fd)
+
+
+async def test_fd_reused_after_direct(disk_dir):
+    """An fd number that was an O_DIRECT file's and is now a buffered one's
+    reads any buffer (what is known of an fd is looked up again on EINVAL)."""
+    path = os.path.join(disk_dir, "direct.bin")
+    with open(path, "wb") as f:
+        f.write(b"x" * 8192)
+    fd = open_direct(path)
+    await aioring.read(fd, 4096, 0)
+    os.close(fd)
+    fd2 = os.open(path, os.O_RDONLY)
+    try:
+        assert fd2 == fd
+        buf = bytearray(100)
+        assert await aioring.readinto(fd2, buf, 3) == 100 and buf == b"x" * 100
+        assert await aioring.read(fd2, 7, 1) == b"x" * 7
+    finally:
+        os.close(fd2)
+
+
+def test_aligned_buffer():
+    buf = aioring.aligned_buffer(5000)
+    assert isinstance(buf, mmap.mmap) and len(buf) == 5000 and bytes(buf) == bytes(5000)
+    with memoryview(buf) as view:
+        assert not view.readonly
+    c = _ops.ffi.from_buffer(buf)
+    assert int(_ops.ffi.cast("uintptr_t", c)) % mmap.PAGESIZE == 0
+    _ops.ffi.release(c)
+    buf.close()
+    with pytest.raises(ValueError):
+        aioring.aligned_buffer(0)
+    with pytest.raises(TypeError):
+        aioring.aligned_buffer(1.5)
+
+
+FADVICE = [os.POSIX_FADV_NORMAL, os.POSIX_FADV_RANDOM, os.POSIX_FADV_SEQUENTIAL, os.POSIX_FADV_WILLNEED,
+           os.POSIX_FADV_DONTNEED, os.POSIX_FADV_NOREUSE]
+
+
+async def test_posix_fadvise(cold_file):
+    """aioring.os.posix_fadvise takes what os.posix_fadvise takes; the reads
+    after each advice are right."""
+    path, content = cold_file
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for advice in FADVICE:
+            assert await aioring.os.posix_fadvise(fd, 0, 0, advice) is None
+            assert await aioring.read(fd, 5000, 4000) == content[4000:9000]
+        await aioring.os.posix_fadvise(fd, 4096, 65536, os.POSIX_FADV_WILLNEED)
+        assert await aioring.read(fd, 4096, 4096) == content[4096:8192]
+    finally:
+        os.close(fd)
+
+
+async def test_posix_fadvise_errors(disk_dir, pipe):
+    """Bad arguments raise what os.posix_fadvise raises."""
+    path = os.path.join(disk_dir, "f.bin")
+    with open(path, "wb") as f:
+        f.write(b"abc")
+    fd = os.open(path, os.O_RDONLY)
+    bad_fd = os.open(path, os.O_RDONLY)
+    os.close(bad_fd)
+    cases = [(fd, 0, 0, 12345), (fd, 0, -1, os.POSIX_FADV_RANDOM), (fd, 0, -1, os.POSIX_FADV_DONTNEED),
+             (bad_fd, 0, 0, os.POSIX_FADV_RANDOM), (bad_fd, 0, 0, os.POSIX_FADV_WILLNEED),
+             (pipe[0], 0, 0, os.POSIX_FADV_SEQUENTIAL), ("3", 0, 0, os.POSIX_FADV_RANDOM),
+             (fd, 1.5, 0, os.POSIX_FADV_RANDOM), (fd, 0, 0, None), (fd, 0, 2**64, os.POSIX_FADV_RANDOM)]
+    try:
+        for args in cases:
+            with pytest.raises(Exception) as stdlib:
+                os.posix_fadvise(*args)
+            with pytest.raises(type(stdlib.value)) as ours:
+                await aioring.os.posix_fadvise(*args)
+            assert getattr(ours.value, "errno", None) == getattr(stdlib.value, "errno", None), args
+    finally:
+        os.close(fd)
+
+
+async def test_direct_through_open(disk_dir):
+    """aioring.open with an opener that adds O_DIRECT: readinto an aligned
+    buffer and writes of aligned buffers work, as with the stdlib's open."""
+    path = os.path.join(disk_dir, "direct.bin")
+    content = os.urandom(3 * 4096)
+    with open(path, "wb") as f:
+        f.write(content)
+    open_direct(path)  # (skips where O_DIRECT is refused)
+
+    def opener(name, flags):
+        return os.open(name, flags | os.O_DIRECT)
+    async with aioring.open(path, "r+b", buffering=0, opener=opener) as f:
+        buf = aioring.aligned_buffer(8192)
+        assert await f.readinto(buf) == 8192 and bytes(buf) == content[:8192]
+        assert await f.tell() == 8192
+        assert await f.readinto(buf) == 4096 and bytes(buf[:4096]) == content[8192:]
+        buf[:4096] = b"z" * 4096
+        await f.seek(4096)
+        assert await f.write(memoryview(buf)[:4096]) == 4096
+    with open(path, "rb") as f:
+        assert f.read() == content[:4096] + b"z" * 4096 + content[8192:]
