@@ -255,6 +255,22 @@ class TLSLayer:
     def attach(self, reader: StreamReader) -> None:
         """The program's reader takes its data from this layer from now on."""
         self._reader = reader
+        self._raw._closed_future.add_done_callback(self._connection_lost)
+
+    def _connection_lost(self, _: Any) -> None:
+        """The socket is closed: what came stays readable, then the reader is
+        at EOF, as after asyncio's connection_lost (a read that is out sees
+        the end itself)."""
+        reader = self._reader
+        if reader is None or reader._eof or reader._exception is not None or reader._waiter is not None:
+            return
+        try:
+            if self._incoming.pending or self._held:
+                self._decrypt(reader)
+        except ssl.SSLError:
+            pass  # (a bad record at the very end: the stream ends before it)
+        if not reader._eof:
+            reader.feed_eof()
 
     # -------------------------------------------------------------- reading
     def _claim(self, reader: StreamReader, func_name: str) -> None:

@@ -322,6 +322,7 @@ async def test_close_notify_both_ways(certs: Certs) -> None:
     writer.close()
     assert writer.is_closing()
     await writer.wait_closed()
+    assert reader.at_eof()  # the connection is gone, as after asyncio's connection_lost
     assert await got == b"last words"
     server.close()
     await server.wait_closed()
