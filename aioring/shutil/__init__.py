@@ -70,6 +70,7 @@ REMOVE_DIRS = 16
 
 _O_READ = os.O_RDONLY | os.O_CLOEXEC
 _O_WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+_O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 _O_DIR = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 _ONEXC = sys.version_info >= (3, 12)  # rmtree has onexc (and dir_fd from 3.11)
 # From 3.13 rmtree lets entries that vanished meanwhile go, and names the
@@ -192,26 +193,44 @@ def _copy_xattrs(src: Any, dst: Any, follow_symlinks: bool = True) -> None:
                 raise
 
 
-def _apply_stat(st: os.stat_result, src_fd: int, dst_fd: int) -> None:
-    """copystat(src, dst) on the fds of a file copy."""
-    os.utime(dst_fd, ns=(st.st_atime_ns, st.st_mtime_ns))
-    _copy_xattrs(src_fd, dst_fd)
-    os.chmod(dst_fd, _stat.S_IMODE(st.st_mode))
+def _special(fn: Any, st: os.stat_result | None) -> None:
+    if st is not None and _stat.S_ISFIFO(st.st_mode):
+        fn = fn.path if isinstance(fn, os.DirEntry) else fn
+        raise SpecialFileError(f"`{fn}` is a named pipe")
+
+
+async def _check_dst(src: Any, dst: Any, st_src: os.stat_result | None) -> None:
+    """shutil's checks of `dst` before a copy: the same file as `src`, or a named pipe."""
+    st_dst = await _stat_or_none(dst)
+    if st_src is not None and st_dst is not None and os.path.samestat(st_src, st_dst):
+        raise SameFileError(f"{src!r} and {dst!r} are the same file")
+    _special(src, st_src)
+    _special(dst, st_dst)
+
+
+async def _open_dst(dst: Any, flags: int, mode: int) -> int:
+    try:
+        return await _pathops.open(dst, flags, mode)
+    except IsADirectoryError as exc:
+        if not await _exists(dst):
+            raise FileNotFoundError(f"Directory does not exist: {dst}") from exc
+        raise
 
 
 async def _copyfile(src: Any, dst: Any, follow_symlinks: bool = True, meta: str = "") -> Any:
     """copyfile, then (meta "mode" or "stat") copymode or copystat, as copy
-    and copy2 do: on the fds the copy holds where the file was copied."""
+    and copy2 do: on the fds the copy holds where the file was copied.
+
+    shutil looks `dst` up before it creates it; here a new `dst` is created
+    with O_EXCL (and the source's mode, where that is the mode to give it),
+    and only one that exists is looked at as shutil does: the same checks in
+    the same order, one directory search instead of two, and no chmod."""
     sys.audit("shutil.copyfile", src, dst)
     st_src = await _stat_or_none(src)
-    st_dst = await _stat_or_none(dst)
-    if st_src is not None and st_dst is not None and os.path.samestat(st_src, st_dst):
-        raise SameFileError(f"{src!r} and {dst!r} are the same file")
-    for fn, st in ((src, st_src), (dst, st_dst)):
-        if st is not None and _stat.S_ISFIFO(st.st_mode):
-            fn = fn.path if isinstance(fn, os.DirEntry) else fn
-            raise SpecialFileError(f"`{fn}` is a named pipe")
+    if st_src is not None and _stat.S_ISFIFO(st_src.st_mode):
+        await _check_dst(src, dst, st_src)
     if not follow_symlinks and await _islink(src):
+        await _check_dst(src, dst, st_src)
         await _pathops.symlink(os.readlink(src), dst)
         if meta == "stat":
             await copystat(src, dst, follow_symlinks=False)
@@ -219,32 +238,42 @@ async def _copyfile(src: Any, dst: Any, follow_symlinks: bool = True, meta: str 
             await copymode(src, dst, follow_symlinks=False)
         return dst
     src_name = os.fspath(src)
-    src_fd = await _pathops.open(src_name, _O_READ)
+    try:
+        src_fd = await _pathops.open(src_name, _O_READ)
+    except OSError:
+        await _check_dst(src, dst, None)
+        raise
     try:
         st = os.fstat(src_fd)
         if _stat.S_ISDIR(st.st_mode):
+            await _check_dst(src, dst, st)
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), src_name)
+        mode = _stat.S_IMODE(st.st_mode) & 0o777 if meta else 0o666
         try:
-            dst_fd = await _pathops.open(dst, _O_WRITE, 0o666)
-        except IsADirectoryError as exc:
-            if not await _exists(dst):
-                raise FileNotFoundError(f"Directory does not exist: {dst}") from exc
-            raise
-        await _fill(src_fd, dst_fd, st, dst, meta)
+            dst_fd = await _open_dst(dst, _O_CREATE, mode)
+            created = True
+        except FileExistsError:
+            await _check_dst(src, dst, st)
+            dst_fd = await _open_dst(dst, _O_WRITE, 0o666)
+            created = False
+        await _fill(src_fd, dst_fd, st, dst, meta, created)
     finally:
         os.close(src_fd)
     return dst
 
 
-async def _fill(src_fd: int, dst_fd: int, st: os.stat_result, dst: Any, meta: str) -> None:
+async def _fill(src_fd: int, dst_fd: int, st: os.stat_result, dst: Any, meta: str, created: bool) -> None:
     """The data (and metadata) of the copy into dst_fd, which it closes.
     Cancelled, it removes `dst`: a partial copy is never left looking whole."""
     try:
         await _kernel.copy_data(src_fd, dst_fd, st.st_size)
         if meta == "stat":
-            _apply_stat(st, src_fd, dst_fd)
-        elif meta == "mode":
-            os.chmod(dst_fd, _stat.S_IMODE(st.st_mode))
+            os.utime(dst_fd, ns=(st.st_atime_ns, st.st_mtime_ns))
+            _copy_xattrs(src_fd, dst_fd)
+        if meta:
+            mode = _stat.S_IMODE(st.st_mode)
+            if not created or _stat.S_IMODE(os.fstat(dst_fd).st_mode) != mode:  # (the umask took some)
+                os.chmod(dst_fd, mode)
     except asyncio.CancelledError:
         os.close(dst_fd)
         try:
