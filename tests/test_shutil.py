@@ -246,8 +246,9 @@ async def test_rmtree_never_follows_a_directory_swapped_for_a_symlink(
         return await real_open(path, flags, mode, dir_fd=dir_fd)
 
     monkeypatch.setattr(_pathops, "open", swapping_open)
-    with pytest.raises(OSError, match="Cannot call rmtree on a symbolic link") as exc:
+    with pytest.raises(OSError) as exc:
         await ashutil.rmtree(tree)
+    assert exc.value.args == ("Cannot call rmtree on a symbolic link",)
     # (shutil names the path in this error from 3.13 on)
     named = os.path.join(tree, "sub", "deeper") if sys.version_info >= (3, 13) else None
     assert exc.value.filename == named
@@ -383,7 +384,7 @@ async def test_executor_functions_return_shutil_results(tree: str, disk_dir: str
     assert await ashutil.which("sh") == shutil.which("sh")
     assert (await ashutil.disk_usage(disk_dir)).total == shutil.disk_usage(disk_dir).total
     archive = await ashutil.make_archive(os.path.join(disk_dir, "arch"), "tar", os.path.join(tree, "sub"))
-    await ashutil.unpack_archive(archive, os.path.join(disk_dir, "unpacked"))
+    await ashutil.unpack_archive(archive, os.path.join(disk_dir, "unpacked"), filter="data")
     unpacked = os.path.join(disk_dir, "unpacked")
     assert sorted(os.listdir(unpacked)) == sorted(os.listdir(os.path.join(tree, "sub")))
     await ashutil.chown(archive, os.getuid(), os.getgid())
