@@ -45,6 +45,7 @@ from typing import Any
 
 from .. import _ops, _pathops
 from . import _kernel
+from .._ring import Op
 
 __all__ = ["COPY_BUFSIZE", "COPY_TASKS", "REMOVE_DIRS", "REMOVE_OPS", "Error", "ExecError", "ReadError",
            "RegistryError", "SameFileError", "SpecialFileError", "chown", "copy", "copy2", "copyfile",
@@ -561,56 +562,63 @@ class _TreeRemoval:
             err.filename = path
             await self.report(os.scandir, path, err)
             return
-        started: list[tuple[Any, Any, str]] = []  # (op, func, fullname)
+        batch = self.batch
+        started: list[tuple[Op, str, bool]] = []  # (op, name, an rmdir)
         try:
             subdirs = []
             for entry in entries:
-                fullname = os.path.join(path, entry.name)
                 try:
                     if entry.is_dir(follow_symlinks=False):
-                        subdirs.append((entry, fullname))
+                        subdirs.append(entry)
                         continue
                 except FileNotFoundError:
                     if _MISSING_IS_GONE:
                         continue
                 except OSError:
                     pass
-                started.append((await self.batch.unlinkat(fd, entry.name), os.unlink, fullname))
-            for removable, entry, fullname in await self.subdirs(fd, subdirs):
+                if batch.crowded():
+                    await batch.room()
+                started.append((batch.unlinkat(fd, entry.name), entry.name, False))
+            for removable, entry in await self.subdirs(fd, path, subdirs):
                 if removable:
-                    started.append((await self.batch.unlinkat(fd, entry.name, True), os.rmdir, fullname))
-            for op, func, fullname in started:
-                named = fullname if _FULL_NAMES and func is os.rmdir else os.path.basename(fullname)
-                failure = await self.batch.outcome(op, named)
+                    if batch.crowded():
+                        await batch.room()
+                    started.append((batch.unlinkat(fd, entry.name, True), entry.name, True))
+            for op, name, rmdir in started:
+                if batch.succeeded(op):
+                    continue
+                fullname = os.path.join(path, name)
+                failure = await batch.outcome(op, fullname if _FULL_NAMES and rmdir else name)
                 if failure is not None and not (_MISSING_IS_GONE and isinstance(failure, FileNotFoundError)):
-                    await self.report(func, fullname, failure)
+                    await self.report(os.rmdir if rmdir else os.unlink, fullname, failure)
         finally:
             ops = [op for op, _, _ in started]
             if any(op.future is not None and not op.future.done() for op in ops):
-                self.batch.cancel(ops)
+                batch.cancel(ops)
                 await _kernel.settle(ops)  # (before the caller closes fd)
 
-    async def subdirs(self, fd: int,
-                      subdirs: list[tuple[os.DirEntry[str], str]]) -> list[tuple[bool, Any, str]]:
+    async def subdirs(self, fd: int, path: str,
+                      subdirs: list[os.DirEntry[str]]) -> list[tuple[bool, os.DirEntry[str]]]:
         """subdir for each of `subdirs`, up to REMOVE_DIRS directories at once
         in all (the rest in this task: the open fds stay bounded)."""
-        spawned: list[tuple[asyncio.Future[bool], Any, str]] = []
-        done: list[tuple[bool, Any, str]] = []
+        spawned: list[tuple[asyncio.Future[bool], os.DirEntry[str]]] = []
+        done: list[tuple[bool, os.DirEntry[str]]] = []
         try:
-            for entry, fullname in subdirs:
+            for entry in subdirs:
+                fullname = os.path.join(path, entry.name)
                 if self.walking < REMOVE_DIRS:
                     self.walking += 1
                     task: asyncio.Future[bool] = asyncio.ensure_future(self.subdir(fd, entry, fullname))
                     task.add_done_callback(self._walked)
-                    spawned.append((task, entry, fullname))
+                    spawned.append((task, entry))
                 else:
-                    done.append((await self.subdir(fd, entry, fullname), entry, fullname))
-            for task, entry, fullname in spawned:
-                done.append((await task, entry, fullname))
+                    done.append((await self.subdir(fd, entry, fullname), entry))
+            for task, entry in spawned:
+                done.append((await task, entry))
         except BaseException:
-            for task, _, _ in spawned:
+            for task, _ in spawned:
                 task.cancel()
-            for task, _, _ in spawned:  # (each settles its ops before fd is closed)
+            for task, _ in spawned:  # (each settles its ops before fd is closed)
                 try:
                     await task
                 except BaseException:

@@ -31,7 +31,7 @@ from typing import Any
 from .. import _ops
 from .._liburing import lib
 from .._ops import result
-from .._pathops import _encode
+from .._pathops import _FS_ENCODING, _FS_ERRORS
 from .._ring import Op, get_ring
 
 __all__ = ["Batch", "copy_data", "finished", "settle"]
@@ -41,10 +41,12 @@ SPLICE_MIN = 1 << 20
 # Bytes per splice (the pipes are made this large where the kernel lets us),
 # and how many splice lanes move one file at once.
 SPLICE_CHUNK = 1 << 20
-SPLICE_LANES = 4
+SPLICE_LANES = 2
 # The read/write copy's buffer at most.
 RW_CHUNK = 1 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+_PREP_UNLINKAT = lib.aior_prep_unlinkat
+_AT_REMOVEDIR = lib.AT_REMOVEDIR
 # What a splice answers for a file system that cannot splice: read and write instead.
 _NO_SPLICE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF})
 
@@ -95,7 +97,11 @@ class Batch:
         self.limit = limit
         self._open: deque[Op] = deque()
 
-    async def _room(self) -> None:
+    def crowded(self) -> bool:
+        """Whether a start now must first wait for room (room())."""
+        return len(self._open) >= self.limit
+
+    async def room(self) -> None:
         started = self._open
         while len(started) >= self.limit:
             fut = started[0].future
@@ -104,15 +110,24 @@ class Batch:
             else:
                 await finished(fut)
 
-    async def unlinkat(self, dir_fd: int, name: str, rmdir: bool = False) -> Op:
-        """Start os.unlink(name, dir_fd=dir_fd) (os.rmdir with `rmdir`)."""
-        await self._room()
-        flags = lib.AT_REMOVEDIR if rmdir else 0
-        op = self.ring.start(self.loop, lib.aior_prep_unlinkat,
-                             (dir_fd, _encode(name, "rmdir" if rmdir else "unlink"), flags), None, None)
+    def unlinkat(self, dir_fd: int, name: str, rmdir: bool = False) -> Op:
+        """Start os.unlink(name, dir_fd=dir_fd) (os.rmdir with `rmdir`), a
+        name as os.scandir gives it (no NUL inside).  Call room() first
+        when crowded()."""
+        op = self.ring.start(self.loop, _PREP_UNLINKAT,
+                             (dir_fd, name.encode(_FS_ENCODING, _FS_ERRORS), _AT_REMOVEDIR if rmdir else 0),
+                             None, None)
         if op.future is not None:
             self._open.append(op)
         return op
+
+    @staticmethod
+    def succeeded(op: Op) -> bool:
+        """Whether `op` is known to have succeeded already (outcome() says the rest)."""
+        fut = op.future
+        if fut is None:
+            return op.res >= 0
+        return fut.done() and not fut.cancelled() and fut.exception() is None
 
     async def outcome(self, op: Op, filename: Any) -> OSError | None:
         """The error of `op` (None when it succeeded), named `filename`, once it is done."""
