@@ -388,3 +388,32 @@ async def test_executor_functions_return_shutil_results(tree: str, disk_dir: str
     unpacked = os.path.join(disk_dir, "unpacked")
     assert sorted(os.listdir(unpacked)) == sorted(os.listdir(os.path.join(tree, "sub")))
     await ashutil.chown(archive, os.getuid(), os.getgid())
+
+
+async def test_cancelled_tree_operations_leave_nothing_behind(tree: str, disk_dir: str) -> None:
+    await _pathops.stat(tree)  # (the loop's ring made: its fds are not the copy's)
+    fds = len(os.listdir("/proc/self/fd"))
+    for steps in (2, 8):
+        dst = os.path.join(disk_dir, f"copy{steps}")
+        task = asyncio.ensure_future(ashutil.copytree(tree, dst, symlinks=True))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        for dirpath, _, names in os.walk(dst):  # every file there is whole
+            for name in names:
+                path = os.path.join(dirpath, name)
+                if not os.path.islink(path):
+                    rel = os.path.relpath(path, dst)
+                    with open(path, "rb") as f, open(os.path.join(tree, rel), "rb") as g:
+                        assert f.read() == g.read(), rel
+        task = asyncio.ensure_future(ashutil.rmtree(dst))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, FileNotFoundError):
+            await task
+        await ashutil.rmtree(dst, ignore_errors=True)
+        assert not os.path.lexists(dst)
+    assert len(os.listdir("/proc/self/fd")) == fds
