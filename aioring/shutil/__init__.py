@@ -522,27 +522,39 @@ class _TreeRemoval:
             await _maybe_await(self.onexc(func, path, exc))
 
     async def top(self, path: Any, dir_fd: int | None) -> None:
+        if await self.empty(path, dir_fd, path):
+            try:
+                await _pathops.rmdir(path, dir_fd=dir_fd)
+            except OSError as err:
+                await self.report(os.rmdir, path, err)
+
+    async def empty(self, name: str, dir_fd: int | None, fullname: str,
+                    entry: os.DirEntry[str] | None = None) -> bool:
+        """Open the directory `name` (the top, or `entry`) relative to dir_fd,
+        check it is the one lstat saw, and remove its contents; True when it
+        is to be removed itself."""
         func: Any = os.lstat
         fd = -1
         try:
-            orig_st = await _pathops.lstat(path, dir_fd=dir_fd)
+            if entry is None:
+                orig_st = await _pathops.lstat(name, dir_fd=dir_fd)
+            else:
+                orig_st = entry.stat(follow_symlinks=False)
             func = os.open
-            fd = await _pathops.open(path, _O_DIR, dir_fd=dir_fd)
+            fd = await _pathops.open(name, _O_DIR, dir_fd=dir_fd)
             func = os.path.islink
             if not os.path.samestat(orig_st, os.fstat(fd)):
                 raise OSError("Cannot call rmtree on a symbolic link")
         except OSError as err:
             if fd >= 0:
                 os.close(fd)
-            if _FULL_NAMES:
-                err.filename = path
-            await self.report(func, path, err)
-            return
-        await self.contents_then_close(fd, path)
-        try:
-            await _pathops.rmdir(path, dir_fd=dir_fd)
-        except OSError as err:
-            await self.report(os.rmdir, path, err)
+            if entry is None or not (_MISSING_IS_GONE and isinstance(err, FileNotFoundError)):
+                if _FULL_NAMES:
+                    err.filename = fullname
+                await self.report(func, fullname, err)
+            return False
+        await self.contents_then_close(fd, fullname)
+        return True
 
     async def contents_then_close(self, fd: int, path: str) -> None:
         """Remove what the directory open at `fd` holds, then close it."""
@@ -599,7 +611,7 @@ class _TreeRemoval:
 
     async def subdirs(self, fd: int, path: str,
                       subdirs: list[os.DirEntry[str]]) -> list[tuple[bool, os.DirEntry[str]]]:
-        """subdir for each of `subdirs`, up to REMOVE_DIRS directories at once
+        """empty() for each of `subdirs`, up to REMOVE_DIRS directories at once
         in all (the rest in this task: the open fds stay bounded)."""
         spawned: list[tuple[asyncio.Future[bool], os.DirEntry[str]]] = []
         done: list[tuple[bool, os.DirEntry[str]]] = []
@@ -608,11 +620,12 @@ class _TreeRemoval:
                 fullname = os.path.join(path, entry.name)
                 if self.walking < REMOVE_DIRS:
                     self.walking += 1
-                    task: asyncio.Future[bool] = asyncio.ensure_future(self.subdir(fd, entry, fullname))
+                    walk = self.empty(entry.name, fd, fullname, entry)
+                    task: asyncio.Future[bool] = asyncio.ensure_future(walk)
                     task.add_done_callback(self._walked)
                     spawned.append((task, entry))
                 else:
-                    done.append((await self.subdir(fd, entry, fullname), entry))
+                    done.append((await self.empty(entry.name, fd, fullname, entry), entry))
             for task, entry in spawned:
                 done.append((await task, entry))
         except BaseException:
@@ -628,30 +641,6 @@ class _TreeRemoval:
 
     def _walked(self, task: asyncio.Future[bool]) -> None:
         self.walking -= 1
-
-    async def subdir(self, parent_fd: int, entry: os.DirEntry[str], fullname: str) -> bool:
-        """Empty the directory `entry` of the one open at parent_fd; True
-        when it is to be removed."""
-        func: Any = os.lstat
-        fd = -1
-        try:
-            orig_st = entry.stat(follow_symlinks=False)
-            func = os.open
-            fd = await _pathops.open(entry.name, _O_DIR, dir_fd=parent_fd)
-            func = os.path.islink
-            if not os.path.samestat(orig_st, os.fstat(fd)):
-                raise OSError("Cannot call rmtree on a symbolic link")
-        except OSError as err:
-            if fd >= 0:
-                os.close(fd)
-            if not (_MISSING_IS_GONE and isinstance(err, FileNotFoundError)):
-                if _FULL_NAMES:
-                    err.filename = fullname
-                await self.report(func, fullname, err)
-            return False
-        await self.contents_then_close(fd, fullname)
-        return True
-
 
 def _onexc_of(ignore_errors: bool, onerror: Any, onexc: Any) -> Callable[..., Any]:
     if ignore_errors:
