@@ -33,8 +33,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
+import collections
 import inspect
-import itertools
 import os
 import posixpath
 import shutil as _shutil
@@ -367,10 +367,51 @@ async def _makedirs(path: Any, exist_ok: bool) -> None:
             raise
 
 
+class _Jobs:
+    """The file copies of a copytree, a row per directory, handed out in
+    turn from each row: creates in one directory wait for each other (its
+    lock), those in different ones go side by side."""
+
+    def __init__(self) -> None:
+        self.rows: collections.deque[collections.deque[Any]] = collections.deque()
+        self.closed = False
+        self.waiters: list[asyncio.Future[None]] = []
+
+    def add(self, row: list[Any]) -> None:
+        if row:
+            self.rows.append(collections.deque(row))
+            self._wake()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        for waiter in self.waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self.waiters.clear()
+
+    async def next(self) -> Any:
+        """The next copy, or None once the walk is over and none is left."""
+        while not self.rows:
+            if self.closed:
+                return None
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiters.append(waiter)
+            await waiter
+        row = self.rows.popleft()
+        job = row.popleft()
+        if row:
+            self.rows.append(row)
+        return job
+
+
 class _TreeCopy:
-    """One copytree call: the walk lists and makes directories, a bounded set
-    of workers copies the files; per directory its results, in shutil's
-    order, become the errors of shutil.Error."""
+    """One copytree call: the walk lists and makes the directories (sibling
+    subtrees side by side) while COPY_TASKS workers copy the files it found;
+    per directory its results, in shutil's order, become the errors of
+    shutil.Error."""
 
     def __init__(self, symlinks: bool, ignore: Any, copy_function: Any, ignore_dangling: bool,
                  dirs_exist_ok: bool) -> None:
@@ -380,24 +421,32 @@ class _TreeCopy:
         self.ignore_dangling = ignore_dangling
         self.dirs_exist_ok = dirs_exist_ok
         self.fast = {copy2: "stat", copy: "mode"}.get(copy_function, "")
-        self.jobs: list[list[tuple[list[Any], Any, Any, Any]]] = []  # per directory
-        self.dirs: list[tuple[Any, Any, list[Any]]] = []  # post-order: (src, dst, results)
+        self.jobs = _Jobs()
+        self.dirs: list[tuple[Any, Any, list[Any]]] = []  # (src, dst, results) of each directory
+
+    async def walk(self, src: Any, dst: Any, entries: list[os.DirEntry[Any]]) -> list[Any]:
+        try:
+            return await self.tree(src, dst, entries)
+        finally:
+            self.jobs.close()
 
     async def tree(self, src: Any, dst: Any, entries: list[os.DirEntry[Any]]) -> list[Any]:
         """What shutil's _copytree does for one directory, the file copies
-        queued; returns its results (an error list, or a queued copy's slot)."""
+        queued; returns its results (an error list, a queued copy's slot, or
+        a subtree's results)."""
         names = [e.name for e in entries]
         ignored = self.ignore(os.fspath(src), names) if self.ignore is not None else ()
         await _makedirs(dst, self.dirs_exist_ok)
         results: list[Any] = []
         jobs: list[tuple[list[Any], Any, Any, Any]] = []
-        self.jobs.append(jobs)
+        subtrees: list[tuple[int, Any, Any, Any]] = []
         for entry in entries:
             if entry.name in ignored:
                 continue
             srcname = os.path.join(src, entry.name)
             dstname = os.path.join(dst, entry.name)
             srcobj = entry if self.fast else srcname
+            slot: list[Any] = []
             try:
                 if entry.is_symlink():
                     linkto = os.readlink(srcname)
@@ -408,44 +457,36 @@ class _TreeCopy:
                     if self.ignore_dangling and not await _exists(linkto):
                         continue
                 if entry.is_dir():
-                    results.append(await self.subtree(srcobj, dstname))
+                    subtrees.append((len(results), srcobj, srcname, dstname))
                 else:
-                    slot: list[Any] = []
-                    results.append(slot)
                     jobs.append((slot, srcobj, dstname, srcname))
-            except Error as err:
-                results.append(list(err.args[0]))
             except OSError as why:
-                results.append([(srcname, dstname, str(why))])
+                slot.append((srcname, dstname, str(why)))
+            results.append(slot)
+        self.jobs.add(jobs)
+        found = await _kernel.together([self.subtree(*sub) for sub in subtrees])
+        for (i, *_), subtree_results in zip(subtrees, found, strict=True):
+            results[i] = subtree_results
         self.dirs.append((src, dst, results))
         return results
 
-    async def subtree(self, src: Any, dst: Any) -> list[Any]:
-        sys.audit("shutil.copytree", src, dst)
-        with os.scandir(src) as it:
-            entries = list(it)
-        return await self.tree(src, dst, entries)
+    async def subtree(self, _: int, src: Any, srcname: Any, dstname: Any) -> list[Any]:
+        """copytree of a subdirectory: its results, or its error as shutil's
+        loop records it."""
+        try:
+            sys.audit("shutil.copytree", src, dstname)
+            with os.scandir(src) as it:
+                entries = list(it)
+            return await self.tree(src, dstname, entries)
+        except OSError as why:
+            return [[(srcname, dstname, str(why))]]
 
     async def copy_files(self) -> None:
-        # The directories' files in turn: creates in one directory wait for
-        # each other (its lock), those in different ones go side by side.
-        jobs = iter([job for row in itertools.zip_longest(*self.jobs) for job in row if job is not None])
-        count = sum(map(len, self.jobs))
-        workers = [asyncio.ensure_future(self._worker(jobs)) for _ in range(min(COPY_TASKS, count))]
-        try:
-            await asyncio.gather(*workers)
-        except BaseException:
-            for w in workers:
-                w.cancel()
-            for w in workers:
-                try:
-                    await w
-                except BaseException:
-                    pass
-            raise
+        await _kernel.together([self._worker() for _ in range(COPY_TASKS)])
 
-    async def _worker(self, jobs: Any) -> None:
-        for slot, srcobj, dstname, srcname in jobs:
+    async def _worker(self) -> None:
+        while (job := await self.jobs.next()) is not None:
+            slot, srcobj, dstname, srcname = job
             try:
                 if self.fast:
                     await _copyfile(srcobj, dstname, True, self.fast)
@@ -457,7 +498,7 @@ class _TreeCopy:
                 slot.append((srcname, dstname, str(why)))
 
     async def finish_dirs(self) -> None:
-        """copystat of each directory after its contents (post-order)."""
+        """copystat of each directory, now that its contents are all there."""
         for src, dst, results in self.dirs:
             try:
                 await copystat(src, dst)
@@ -493,8 +534,8 @@ async def copytree(src: Any, dst: Any, symlinks: bool = False, ignore: Any = Non
     with os.scandir(src) as it:
         entries = list(it)
     job = _TreeCopy(symlinks, ignore, copy_function, ignore_dangling_symlinks, dirs_exist_ok)
-    results = await job.tree(src, dst, entries)
-    await job.copy_files()
+    done = await _kernel.together([job.walk(src, dst, entries), job.copy_files()])
+    results: list[Any] = done[0] or []
     await job.finish_dirs()
     errors = job.errors(results)
     if errors:

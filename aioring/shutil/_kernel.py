@@ -25,8 +25,8 @@ import errno
 import fcntl
 import os
 from collections import deque
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Awaitable, Iterable
+from typing import Any, TypeVar
 
 from .. import _ops
 from .._liburing import lib
@@ -34,7 +34,9 @@ from .._ops import result
 from .._pathops import _FS_ENCODING, _FS_ERRORS
 from .._ring import Op, get_ring
 
-__all__ = ["Batch", "copy_data", "finished", "settle"]
+__all__ = ["Batch", "copy_data", "finished", "settle", "together"]
+
+T = TypeVar("T")
 
 # Files from this size on are spliced; below it read and written.
 SPLICE_MIN = 1 << 20
@@ -85,6 +87,22 @@ async def settle(ops: Iterable[Op]) -> None:
             fut.exception()  # retrieved: nobody else will read it
     if cancelled is not None:
         raise cancelled
+
+
+async def together(aws: Iterable[Awaitable[T]]) -> list[T]:
+    """Run `aws` as tasks side by side; their results in order.  When one
+    fails, or the caller is cancelled, the others are cancelled and waited
+    for before the error is raised: none is left running."""
+    tasks = [asyncio.ensure_future(aw) for aw in aws]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        raise
 
 
 class Batch:
@@ -183,16 +201,8 @@ async def _splice(fd_in: int, off_in: int, fd_out: int, off_out: int, nbytes: in
 async def _splice_file(src_fd: int, dst_fd: int) -> None:
     """Lanes splice the file's chunks in turn, each through its own pipe."""
     taken = [0]  # the next chunk's offset
-    lanes = [asyncio.ensure_future(_lane(src_fd, dst_fd, taken)) for _ in range(SPLICE_LANES)]
-    try:
-        await asyncio.gather(*lanes)
-    except BaseException:
-        for lane in lanes:
-            lane.cancel()
-        for lane in lanes:  # each lane closes its pipe only once its splices are done
-            with contextlib.suppress(BaseException):
-                await lane
-        raise
+    # (each lane closes its pipe only once its splices are done)
+    await together([_lane(src_fd, dst_fd, taken) for _ in range(SPLICE_LANES)])
 
 
 async def _lane(src_fd: int, dst_fd: int, taken: list[int]) -> None:
