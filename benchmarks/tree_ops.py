@@ -21,6 +21,8 @@ Variants, interleaved within each repeat (medians reported):
 * aioring   aioring.shutil on asyncio's loop (and on uvloop with --loops)
 * cp/rm     informative: coreutils' cp -a / rm -rf (a C program, no Python):
             how fast the kernel does the same work here, process start included
+* probe     informative: the probe alone on an idle loop for a second, the
+            machine's own wake-up latency, which bounds what any copy can show
 
 Targets (PASS/FAIL): copytree and rmtree at least 3x aioshutil and 1.3x
 shutil; copyfile at least 0.9x shutil.copyfile with the probe's worst
@@ -52,6 +54,7 @@ DEFAULTS = {"repeat": 3, "files": 5000, "dirs": 50, "big": GIB, "objsize": 64 * 
 QUICK = {"repeat": 1, "files": 1000, "dirs": 10, "big": 128 * MIB, "objsize": 16 * MIB}
 FILE_SIZE = 4 * KIB
 PROBE_EVERY = 0.001
+IDLE_PROBE = 1.0  # seconds the probe runs alone
 WORKLOADS = ("copytree", "rmtree", "copyfile", "copyfileobj")
 CPUS = len(os.sched_getaffinity(0))
 
@@ -215,6 +218,8 @@ class Bench:
             for workload in ("copytree", "rmtree"):  # the rmtree removes that copy
                 self.timed(workload, variant, *self.job(workload, variant), self.loop_of(variant))
             assert not self.dst.exists()
+        # The probe alone, on a loop with nothing else to do: the machine's own wake-up latency.
+        self.timed("idle", "probe", lambda: asyncio.sleep(IDLE_PROBE), True)
         sizes = {"copyfile": self.big.stat().st_size, "copyfileobj": self.obj.stat().st_size}
         for workload, size in sizes.items():
             for variant in self.variants():
@@ -304,7 +309,7 @@ def verdicts(med: dict[tuple[str, str], dict[str, float]], loops: list[str], bac
             # What the kernel must do on the CPUs, whoever asks: no implementation is faster
             # than that work spread over every CPU (the rest of shutil's time is waiting).
             kernel = med[(w, "shutil")]["sys_s"]
-            least = kernel / CPUS
+            least = max(kernel / CPUS, 1e-6)
             out.append(f"info  {w}: shutil spent {kernel * 1e3:.0f} ms of its "
                        f"{wall(w, 'shutil') * 1e3:.0f} ms in the kernel on the CPU; spread over {CPUS} "
                        f"CPUs that is {least * 1e3:.0f} ms, "
@@ -314,6 +319,9 @@ def verdicts(med: dict[tuple[str, str], dict[str, float]], loops: list[str], bac
         line(speed >= 0.9, f"copyfile {ring}: {speed:.2f}x shutil.copyfile (target >= 0.9x)")
         probe = med[("copyfile", ring)]["probe_max_ms"]
         line(probe < 5, f"copyfile {ring}: probe's worst wake-up latency {probe:.2f} ms (target < 5 ms)")
+        idle = med[("idle", "probe")]
+        out.append(f"info  the probe alone on an idle loop: worst {idle['probe_max_ms']:.2f} ms, median "
+                   f"{idle['probe_median_ms']:.2f} ms late (the machine's own scheduling latency)")
         if backend == "io_uring":
             threads = max(med[(w, ring)]["threads"] for w in WORKLOADS)
             line(threads == 1, f"{ring}: {threads} user-space thread(s) at most while it worked (target 1)")

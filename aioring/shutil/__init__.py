@@ -31,9 +31,9 @@ raises what it does (the exceptions are shutil's own classes, so
 from __future__ import annotations
 
 import asyncio
+import collections
 import errno
 import functools
-import collections
 import inspect
 import os
 import posixpath
