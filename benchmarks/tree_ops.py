@@ -180,6 +180,7 @@ class Bench:
 
         meters: list[Meter] = []
         kernel: list[float] = []
+        os.sync()  # what the previous run left dirty is written out first, untimed
         for thread in threading.enumerate():  # (a previous variant's executor, still exiting)
             if thread is not threading.main_thread():
                 thread.join(5)
@@ -212,8 +213,12 @@ class Bench:
         func = getattr(module, workload)
         return lambda: func(*args), variant != "shutil"
 
-    def one_round(self) -> None:
-        for variant in self.variants():
+    def one_round(self, turn: int) -> None:
+        """Every variant once; each round starts with the next one, so that none
+        always comes first (after the last round's deletions) or last."""
+        names = self.variants()
+        order = names[turn % len(names):] + names[:turn % len(names)]
+        for variant in order:
             remove(self.dst)
             for workload in ("copytree", "rmtree"):  # the rmtree removes that copy
                 self.timed(workload, variant, *self.job(workload, variant), self.loop_of(variant))
@@ -222,7 +227,7 @@ class Bench:
         self.timed("idle", "probe", lambda: asyncio.sleep(IDLE_PROBE), True)
         sizes = {"copyfile": self.big.stat().st_size, "copyfileobj": self.obj.stat().st_size}
         for workload, size in sizes.items():
-            for variant in self.variants():
+            for variant in order:
                 if workload == "copyfileobj" and variant == "cp/rm":
                     continue
                 self.timed(workload, variant, *self.job(workload, variant), self.loop_of(variant))
@@ -359,7 +364,7 @@ def main() -> int:
     meta = run_meta(backend, ["aioring", "aioshutil", "uvloop"])
     for i in range(opts["repeat"]):
         log(f"round {i + 1}/{opts['repeat']}")
-        bench.one_round()
+        bench.one_round(i)
     med = bench.medians()
     variants = bench.variants()
     print(machine_line(meta) + f" | aioring backend {backend} | {opts['repeat']} rounds, medians")
