@@ -27,6 +27,7 @@ __all__ = [
     "open_unix_connection",
     "read",
     "readinto",
+    "shutil",
     "sock_accept",
     "sock_connect",
     "sock_recv",
@@ -51,9 +52,9 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-# Sockets, streams and aioring.tempfile (and with it the stdlib's tempfile,
-# random, shutil) are imported when first used: a program that only reads
-# files does not carry them.
+# Sockets, streams, aioring.shutil and aioring.tempfile (and with them the
+# stdlib's tempfile, random, shutil) are imported when first used: a program
+# that only reads files does not carry them.
 _LAZY = {
     **dict.fromkeys(["sock_accept", "sock_connect", "sock_recv", "sock_recv_into", "sock_recvfrom",
                      "sock_recvfrom_into", "sock_sendall", "sock_sendfile", "sock_sendto"], "._net"),
@@ -63,7 +64,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from . import tempfile
+    from . import shutil, tempfile
     from ._net import (sock_accept, sock_connect, sock_recv, sock_recv_into, sock_recvfrom,
                        sock_recvfrom_into, sock_sendall, sock_sendfile, sock_sendto)
     from ._streams import (Server, StreamReader, StreamWriter, open_connection, open_pipe_reader,
@@ -71,8 +72,8 @@ if TYPE_CHECKING:
 else:
     def __getattr__(name: str) -> object:
         import importlib
-        if name == "tempfile":
-            return importlib.import_module(".tempfile", __name__)
+        if name in ("tempfile", "shutil"):
+            return importlib.import_module("." + name, __name__)
         where = _LAZY.get(name)
         if where is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,228 @@
+"""L2: what aioring.shutil starts on the ring.
+
+* **Batches of path operations.**  A tree is removed by starting an
+  UNLINKAT for every entry of a directory at once and collecting the
+  outcomes afterwards: the ops wait in the ring, not in a task each, and the
+  kernel's workers remove the entries side by side while the loop lists the
+  next directory.  A batch holds at most `limit` ops in flight; the next
+  start waits for the oldest.
+* **File data moved by the kernel.**  A large file goes from the source to
+  a pipe and from the pipe to the destination by IORING_OP_SPLICE, the pages
+  never passing through Python; several lanes (a pipe each) move different
+  parts of the file at once.  A small file is read at once from the page
+  cache (aioring.readinto) and written at its offset through the ring.
+* **Nothing is let go while the kernel holds it.**  Whatever fails or is
+  cancelled, every op that was started is waited for before the caller goes
+  on (settle), so that no fd an op refers to (a directory's, a pipe's) is
+  closed under it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import os
+from collections import deque
+from collections.abc import Awaitable, Iterable
+from typing import Any, TypeVar
+
+from .. import _ops
+from .._liburing import lib
+from .._ops import result
+from .._pathops import _FS_ENCODING, _FS_ERRORS
+from .._ring import Op, get_ring
+
+__all__ = ["Batch", "copy_data", "finished", "settle", "together"]
+
+T = TypeVar("T")
+
+# Files from this size on are spliced; below it read and written.
+SPLICE_MIN = 1 << 20
+# Bytes per splice (the pipes are made this large where the kernel lets us),
+# and how many splice lanes move one file at once.
+SPLICE_CHUNK = 1 << 20
+SPLICE_LANES = 2
+# The read/write copy's buffer at most.
+RW_CHUNK = 1 << 20
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+_PREP_UNLINKAT = lib.aior_prep_unlinkat
+_AT_REMOVEDIR = lib.AT_REMOVEDIR
+# What a splice answers for a file system that cannot splice: read and write instead.
+_NO_SPLICE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF})
+
+
+async def finished(fut: asyncio.Future[Any]) -> None:
+    """Wait until `fut` is done, leaving its outcome to whoever awaits it."""
+    if fut.done():
+        return
+    waiter = fut.get_loop().create_future()
+
+    def wake(_: Any) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    fut.add_done_callback(wake)
+    try:
+        await waiter
+    finally:
+        fut.remove_done_callback(wake)
+
+
+async def settle(ops: Iterable[Op]) -> None:
+    """Wait until the kernel let go of every op in `ops`, whatever each
+    result; a cancellation meanwhile is raised once all are done."""
+    cancelled: asyncio.CancelledError | None = None
+    for op in ops:
+        fut = op.future
+        if fut is None:
+            continue
+        while not fut.done():
+            try:
+                await finished(fut)
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+        if not fut.cancelled():
+            fut.exception()  # retrieved: nobody else will read it
+    if cancelled is not None:
+        raise cancelled
+
+
+async def together(aws: Iterable[Awaitable[T]]) -> list[T]:
+    """Run `aws` as tasks side by side; their results in order.  When one
+    fails, or the caller is cancelled, the others are cancelled and waited
+    for before the error is raised: none is left running."""
+    tasks = [asyncio.ensure_future(aw) for aw in aws]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        raise
+
+
+class Batch:
+    """Path operations in flight together, none of them a task of its own:
+    at most `limit` at once (a start waits for the oldest first)."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.ring = get_ring(self.loop)
+        self.limit = limit
+        self._open: deque[Op] = deque()
+
+    def crowded(self) -> bool:
+        """Whether a start now must first wait for room (room())."""
+        return len(self._open) >= self.limit
+
+    async def room(self) -> None:
+        started = self._open
+        while len(started) >= self.limit:
+            fut = started[0].future
+            if fut is None or fut.done():
+                started.popleft()
+            else:
+                await finished(fut)
+
+    def unlinkat(self, dir_fd: int, name: str, rmdir: bool = False) -> Op:
+        """Start os.unlink(name, dir_fd=dir_fd) (os.rmdir with `rmdir`), a
+        name as os.scandir gives it (no NUL inside).  Call room() first
+        when crowded()."""
+        op = self.ring.start(self.loop, _PREP_UNLINKAT,
+                             (dir_fd, name.encode(_FS_ENCODING, _FS_ERRORS), _AT_REMOVEDIR if rmdir else 0),
+                             None, None)
+        if op.future is not None:
+            self._open.append(op)
+        return op
+
+    @staticmethod
+    def succeeded(op: Op) -> bool:
+        """Whether `op` is known to have succeeded already (outcome() says the rest)."""
+        fut = op.future
+        if fut is None:
+            return op.res >= 0
+        return fut.done() and not fut.cancelled() and fut.exception() is None
+
+    async def outcome(self, op: Op, filename: Any) -> OSError | None:
+        """The error of `op` (None when it succeeded), named `filename`, once it is done."""
+        try:
+            await result(self.ring, op)
+        except OSError as exc:
+            exc.filename = filename
+            return exc
+        return None
+
+    def cancel(self, ops: Iterable[Op]) -> None:
+        """Ask the kernel to stop the ops not done yet (settle waits for them)."""
+        for op in ops:
+            if op.future is not None and not op.future.done():
+                self.ring.cancel(op)
+
+
+async def copy_data(src_fd: int, dst_fd: int, size: int) -> None:
+    """Copy the file open at `src_fd` (`size` bytes by its fstat, until its
+    end in fact) to offset 0 on of `dst_fd`.  Raises the kernel's OSError."""
+    if size >= SPLICE_MIN:
+        try:
+            await _splice_file(src_fd, dst_fd)
+            return
+        except OSError as exc:
+            if exc.errno not in _NO_SPLICE:
+                raise
+    await _read_write(src_fd, dst_fd, size)
+
+
+async def _read_write(src_fd: int, dst_fd: int, size: int) -> None:
+    buf = bytearray(min(size + 1, RW_CHUNK) if size < RW_CHUNK else RW_CHUNK)
+    view = memoryview(buf)
+    offset = 0
+    while True:
+        got = await _ops.readinto(src_fd, buf, offset)
+        if not got:
+            return
+        done = 0
+        while done < got:
+            done += await _ops.write(dst_fd, view[done:got], offset + done)
+        offset += got
+
+
+async def _splice(fd_in: int, off_in: int, fd_out: int, off_out: int, nbytes: int) -> int:
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
+    op = ring.start(loop, lib.aior_prep_splice,
+                    (fd_in, off_in, fd_out, off_out, nbytes, lib.SPLICE_F_MOVE, 0), None, None)
+    return await result(ring, op)
+
+
+async def _splice_file(src_fd: int, dst_fd: int) -> None:
+    """Lanes splice the file's chunks in turn, each through its own pipe."""
+    taken = [0]  # the next chunk's offset
+    # (each lane closes its pipe only once its splices are done)
+    await together([_lane(src_fd, dst_fd, taken) for _ in range(SPLICE_LANES)])
+
+
+async def _lane(src_fd: int, dst_fd: int, taken: list[int]) -> None:
+    rfd, wfd = os.pipe2(os.O_CLOEXEC)
+    try:
+        try:
+            chunk = min(fcntl.fcntl(wfd, _F_SETPIPE_SZ, SPLICE_CHUNK), SPLICE_CHUNK)
+        except OSError:
+            chunk = 1 << 16  # a pipe's default size
+        while True:
+            pos = taken[0]
+            end = taken[0] = pos + chunk
+            while pos < end:
+                got = await _splice(src_fd, pos, wfd, -1, end - pos)
+                if not got:
+                    return  # the end of the file
+                while got:
+                    moved = await _splice(rfd, -1, dst_fd, pos, got)
+                    got -= moved
+                    pos += moved
+    finally:
+        os.close(rfd)
+        os.close(wfd)

@@ -1,0 +1,386 @@
+#!/usr/bin/env python3
+"""File-tree operations: aioring.shutil beside shutil and aioshutil, in one run.
+
+Workloads (the data lives in benchmarks/.data/tree_ops, on the real disk):
+
+* copytree  a tree of 5,000 files of 4 KiB in 50 directories, copied whole
+            (copy2: data, times, permissions); the destination is removed,
+            untimed, after each run
+* rmtree    the same tree (a fresh copy made untimed before each run) removed
+* copyfile  one file of 1 GiB copied (from the page cache to a new file); a
+            probe task on the same loop sleeps 1 ms again and again, and how
+            late it wakes up is its latency (the loop's responsiveness)
+* copyfileobj  64 MiB between two files open as async file objects
+            (aioring.open); shutil and aioshutil get plain file objects, since
+            aioshutil's copyfileobj cannot take async ones
+
+Variants, interleaved within each repeat (medians reported):
+
+* shutil    the stdlib's own, called synchronously (the reference)
+* aioshutil its coroutines, each a whole shutil call in the loop's executor
+* aioring   aioring.shutil on asyncio's loop (and on uvloop with --loops)
+* cp/rm     informative: coreutils' cp -a / rm -rf (a C program, no Python):
+            how fast the kernel does the same work here, process start included
+* probe     informative: the probe alone on an idle loop for a second, the
+            machine's own wake-up latency, which bounds what any copy can show
+
+Targets (PASS/FAIL): copytree and rmtree at least 3x aioshutil and 1.3x
+shutil; copyfile at least 0.9x shutil.copyfile with the probe's worst
+wake-up latency under 5 ms; one (user-space) thread in the process while
+aioring works, on the io_uring backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from benchlib import (GIB, KIB, MIB, REPO, Meter, add_run_options, ensure_dir, log, machine_line, new_loop,
+                      presets, require_space, run_meta, write_random)
+
+DEFAULTS = {"repeat": 3, "files": 5000, "dirs": 50, "big": GIB, "objsize": 64 * MIB}
+QUICK = {"repeat": 1, "files": 1000, "dirs": 10, "big": 128 * MIB, "objsize": 16 * MIB}
+FILE_SIZE = 4 * KIB
+PROBE_EVERY = 0.001
+IDLE_PROBE = 1.0  # seconds the probe runs alone
+WORKLOADS = ("copytree", "rmtree", "copyfile", "copyfileobj")
+CPUS = len(os.sched_getaffinity(0))
+
+
+def kernel_cpu() -> float:
+    """CPU seconds this process spent in the kernel so far (all its threads)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
+PF_IO_WORKER = 0x10  # a kernel thread of io_uring (include/linux/sched.h)
+
+
+def threads_now() -> int:
+    """User-space threads of this process: io_uring's kernel workers are not
+    counted (by their flags: a new one still has its parent's name)."""
+    count = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                flags = int(f.read().rpartition(")")[2].split()[6])
+        except (OSError, ValueError, IndexError):
+            continue
+        count += not flags & PF_IO_WORKER
+    return count
+
+
+class Probe:
+    """A task sleeping PROBE_EVERY again and again: its worst and median
+    lateness, and the most user-space threads seen meanwhile."""
+
+    def __init__(self) -> None:
+        self.late: list[float] = []
+        self.threads = 0
+        self.task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(PROBE_EVERY)
+            self.late.append(time.perf_counter() - t - PROBE_EVERY)
+            self.threads = max(self.threads, threads_now())
+
+    def __enter__(self) -> Probe:
+        self.task = asyncio.ensure_future(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.task is not None
+        self.task.cancel()
+
+
+def make_tree(root: Path, files: int, dirs: int) -> None:
+    if root.exists() and sum(len(f) for _, _, f in os.walk(root)) == files:
+        return
+    shutil.rmtree(root, ignore_errors=True)
+    data = os.urandom(FILE_SIZE)
+    for d in range(dirs):
+        (root / f"d{d:03d}").mkdir(parents=True)
+        for i in range(files // dirs):
+            (root / f"d{d:03d}" / f"f{i:04d}").write_bytes(data)
+    log(f"made {files} files in {dirs} directories under {root}")
+
+
+def make_file(path: Path, size: int) -> None:
+    if path.exists() and path.stat().st_size == size:
+        return
+    write_random(path, path.with_suffix(".partial"), size, os.urandom)
+    log(f"made {path} ({size // MIB} MiB)")
+
+
+def warm(root: Path) -> None:
+    """Everything under root read once: the runs copy from the page cache."""
+    buf = bytearray(4 * MIB)
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            with open(os.path.join(dirpath, name), "rb", buffering=0) as f:
+                while f.readinto(buf):
+                    pass
+
+
+def remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+def run_async(loop_name: str, fn: Callable[[], Awaitable[Any]]) -> Any:
+    loop = new_loop(loop_name)
+    try:
+        return loop.run_until_complete(fn())
+    finally:
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+
+
+class Bench:
+    def __init__(self, data: Path, opts: dict[str, Any], loops: list[str]) -> None:
+        import aioring.shutil
+        import aioshutil
+        self.ash, self.aio = aioring.shutil, aioshutil
+        self.data, self.opts, self.loops = data, opts, loops
+        self.src, self.big, self.obj = data / "tree", data / "big.bin", data / "obj.bin"
+        self.dst = data / "out"
+        self.samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
+
+    def variants(self) -> list[str]:
+        return ["shutil", "aioshutil", *(f"aioring/{loop}" for loop in self.loops), "cp/rm"]
+
+    def timed(self, workload: str, variant: str, fn: Callable[[], Any], is_async: bool,
+              loop_name: str = "asyncio") -> None:
+        probe_box: list[Probe] = []
+
+        async def with_probe() -> None:
+            with Probe() as probe:
+                probe_box.append(probe)
+                await asyncio.sleep(0)
+                t0 = kernel_cpu()
+                with Meter() as m:
+                    await fn()
+                kernel.append(kernel_cpu() - t0)
+            meters.append(m)
+
+        meters: list[Meter] = []
+        kernel: list[float] = []
+        os.sync()  # what the previous run left dirty is written out first, untimed
+        for thread in threading.enumerate():  # (a previous variant's executor, still exiting)
+            if thread is not threading.main_thread():
+                thread.join(5)
+        if is_async:
+            run_async(loop_name, with_probe)
+            m = meters[0]
+        else:
+            t0 = kernel_cpu()
+            with Meter() as m:
+                fn()
+            kernel.append(kernel_cpu() - t0)
+        sample: dict[str, Any] = {"wall_s": m.wall, "cpu_s": m.cpu, "sys_s": kernel[0]}
+        if probe_box:
+            late = probe_box[0].late or [0.0]
+            sample.update(probe_max_ms=max(late) * 1e3, probe_median_ms=statistics.median(late) * 1e3,
+                          threads=probe_box[0].threads)
+        self.samples.setdefault((workload, variant), []).append(sample)
+
+    def job(self, workload: str, variant: str) -> tuple[Callable[[], Any], bool]:
+        """What `variant` runs for `workload`, and whether it is a coroutine function."""
+        src, dst, big = str(self.src), str(self.dst), str(self.big)
+        if workload == "copyfileobj":
+            return self.copyfileobj(variant), variant != "shutil"
+        if variant == "cp/rm":
+            argv = {"copytree": ["cp", "-a", src, dst], "rmtree": ["rm", "-rf", dst],
+                    "copyfile": ["cp", big, dst]}[workload]
+            return lambda: subprocess.run(argv, check=True), False
+        args = {"copytree": (src, dst), "rmtree": (dst,), "copyfile": (big, dst)}[workload]
+        module: Any = {"shutil": shutil, "aioshutil": self.aio}.get(variant, self.ash)
+        func = getattr(module, workload)
+        return lambda: func(*args), variant != "shutil"
+
+    def one_round(self, turn: int) -> None:
+        """Every variant once; each round starts with the next one, so that none
+        always comes first (after the last round's deletions) or last."""
+        names = self.variants()
+        order = names[turn % len(names):] + names[:turn % len(names)]
+        for variant in order:
+            remove(self.dst)
+            for workload in ("copytree", "rmtree"):  # the rmtree removes that copy
+                self.timed(workload, variant, *self.job(workload, variant), self.loop_of(variant))
+            assert not self.dst.exists()
+        # The probe alone, on a loop with nothing else to do: the machine's own wake-up latency.
+        self.timed("idle", "probe", lambda: asyncio.sleep(IDLE_PROBE), True)
+        sizes = {"copyfile": self.big.stat().st_size, "copyfileobj": self.obj.stat().st_size}
+        for workload, size in sizes.items():
+            for variant in order:
+                if workload == "copyfileobj" and variant == "cp/rm":
+                    continue
+                self.timed(workload, variant, *self.job(workload, variant), self.loop_of(variant))
+                assert self.dst.stat().st_size == size
+                remove(self.dst)
+
+    @staticmethod
+    def loop_of(variant: str) -> str:
+        return variant.partition("/")[2] or "asyncio"
+
+    def copyfileobj(self, variant: str) -> Callable[[], Any]:
+        obj, out = str(self.obj), str(self.dst)
+        if variant == "shutil":
+            def sync() -> None:
+                with open(obj, "rb") as fsrc, open(out, "wb") as fdst:
+                    shutil.copyfileobj(fsrc, fdst)
+            return sync
+        if variant == "aioshutil":
+            async def threads() -> None:
+                with open(obj, "rb") as fsrc, open(out, "wb") as fdst:
+                    await self.aio.copyfileobj(fsrc, fdst)
+            return threads
+
+        async def ring() -> None:
+            import aioring
+            async with aioring.open(obj, "rb") as fsrc, aioring.open(out, "wb") as fdst:
+                await self.ash.copyfileobj(fsrc, fdst)
+        return ring
+
+    def medians(self) -> dict[tuple[str, str], dict[str, float]]:
+        out = {}
+        for key, samples in self.samples.items():
+            out[key] = {name: statistics.median(s[name] for s in samples) for name in samples[0]}
+            if "probe_max_ms" in samples[0]:
+                out[key]["probe_max_ms"] = max(s["probe_max_ms"] for s in samples)
+                out[key]["threads"] = max(s["threads"] for s in samples)
+        return out
+
+
+def report(med: dict[tuple[str, str], dict[str, float]], variants: list[str], opts: dict[str, Any]) -> str:
+    sizes = {"copytree": f"{opts['files']} x 4 KiB", "rmtree": f"{opts['files']} files",
+             "copyfile": f"{opts['big'] // MIB} MiB", "copyfileobj": f"{opts['objsize'] // MIB} MiB"}
+    head = f"{'workload':<24} | " + "  ".join(f"{v:>18}" for v in variants)
+    lines = [head, "-" * len(head)]
+    for w in WORKLOADS:
+        cells = []
+        for v in variants:
+            m = med.get((w, v))
+            cells.append("-" if m is None else f"{m['wall_s'] * 1e3:.0f} ({m['cpu_s'] * 1e3:.0f}) ms")
+        lines.append(f"{w + ' (' + sizes[w] + ')':<24} | " + "  ".join(f"{c:>18}" for c in cells))
+    return "\n".join(lines)
+
+
+def probe_line(med: dict[tuple[str, str], dict[str, float]], variants: list[str]) -> str:
+    cells = []
+    for v in variants:
+        m = med.get(("copyfile", v))
+        if m is None or "probe_max_ms" not in m:
+            cells.append("-")
+        else:
+            cells.append(f"{m['probe_max_ms']:.2f}/{m['probe_median_ms']:.2f} ms")
+    return f"{'copyfile probe max/med':<24} | " + "  ".join(f"{c:>18}" for c in cells)
+
+
+def verdicts(med: dict[tuple[str, str], dict[str, float]], loops: list[str], backend: str) -> list[str]:
+    out = []
+
+    def line(ok: bool, text: str) -> None:
+        out.append(f"{'PASS' if ok else 'FAIL'}  {text}")
+
+    def wall(w: str, v: str) -> float:
+        return med[(w, v)]["wall_s"]
+
+    for loop in loops:
+        ring = f"aioring/{loop}"
+        for w in ("copytree", "rmtree"):
+            vs_aio = wall(w, "aioshutil") / wall(w, ring)
+            vs_sync = wall(w, "shutil") / wall(w, ring)
+            line(vs_aio >= 3, f"{w} {ring}: {vs_aio:.2f}x aioshutil (target >= 3x)")
+            line(vs_sync >= 1.3, f"{w} {ring}: {vs_sync:.2f}x shutil (target >= 1.3x)")
+            floor = wall(w, "shutil") / wall(w, "cp/rm")
+            out.append(f"info  {w}: coreutils ({'cp -a' if w == 'copytree' else 'rm -rf'}) is "
+                       f"{floor:.2f}x shutil here")
+            # What the kernel must do on the CPUs, whoever asks: no implementation is faster
+            # than that work spread over every CPU (the rest of shutil's time is waiting).
+            kernel = med[(w, "shutil")]["sys_s"]
+            least = max(kernel / CPUS, 1e-6)
+            out.append(f"info  {w}: shutil spent {kernel * 1e3:.0f} ms of its "
+                       f"{wall(w, 'shutil') * 1e3:.0f} ms in the kernel on the CPU; spread over {CPUS} "
+                       f"CPUs that is {least * 1e3:.0f} ms, "
+                       f"so at most {wall(w, 'aioshutil') / least:.1f}x aioshutil and "
+                       f"{wall(w, 'shutil') / least:.1f}x shutil for any implementation")
+        speed = wall("copyfile", "shutil") / wall("copyfile", ring)
+        line(speed >= 0.9, f"copyfile {ring}: {speed:.2f}x shutil.copyfile (target >= 0.9x)")
+        probe = med[("copyfile", ring)]["probe_max_ms"]
+        line(probe < 5, f"copyfile {ring}: probe's worst wake-up latency {probe:.2f} ms (target < 5 ms)")
+        idle = med[("idle", "probe")]
+        out.append(f"info  the probe alone on an idle loop: worst {idle['probe_max_ms']:.2f} ms, median "
+                   f"{idle['probe_median_ms']:.2f} ms late (the machine's own scheduling latency)")
+        if backend == "io_uring":
+            threads = max(med[(w, ring)]["threads"] for w in WORKLOADS)
+            line(threads == 1, f"{ring}: {threads} user-space thread(s) at most while it worked (target 1)")
+        obj = wall("copyfileobj", "shutil") / wall("copyfileobj", ring)
+        out.append(f"info  copyfileobj {ring} (async files): {obj:.2f}x shutil.copyfileobj, "
+                   f"{wall('copyfileobj', 'aioshutil') / wall('copyfileobj', ring):.2f}x aioshutil")
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_run_options(parser, DEFAULTS, QUICK, quick_help="a smaller tree and file, one repeat (seconds)",
+                    timeout=1800)
+    parser.add_argument("--files", type=int, default=None)
+    parser.add_argument("--dirs", type=int, default=None)
+    parser.add_argument("--big", type=int, default=None, help="copyfile's size in bytes")
+    parser.add_argument("--objsize", type=int, default=None, help="copyfileobj's size in bytes")
+    parser.add_argument("--loops", default="asyncio", help="aioring's loops: asyncio,uvloop")
+    parser.add_argument("--data-dir", type=Path, default=REPO / "benchmarks" / ".data" / "tree_ops")
+    args = parser.parse_args()
+    opts = presets(args, DEFAULTS, QUICK)
+    loops = [name.strip() for name in args.loops.split(",") if name.strip()]
+    import aioring
+    backend = aioring.backend()
+    ensure_dir(args.data_dir.parent)
+    args.data_dir.mkdir(exist_ok=True)
+    require_space(args.data_dir, 2 * opts["big"] + opts["objsize"] * 2 + 64 * MIB,
+                  f"not enough room in {args.data_dir} for the files")
+    bench = Bench(args.data_dir, opts, loops)
+    remove(bench.dst)
+    make_tree(bench.src, opts["files"], opts["dirs"])
+    make_file(bench.big, opts["big"])
+    make_file(bench.obj, opts["objsize"])
+    warm(args.data_dir)
+    meta = run_meta(backend, ["aioring", "aioshutil", "uvloop"])
+    for i in range(opts["repeat"]):
+        log(f"round {i + 1}/{opts['repeat']}")
+        bench.one_round(i)
+    med = bench.medians()
+    variants = bench.variants()
+    print(machine_line(meta) + f" | aioring backend {backend} | {opts['repeat']} rounds, medians")
+    print("wall time (CPU time of the process, io_uring's kernel workers included)")
+    print(report(med, variants, opts))
+    print(probe_line(med, variants))
+    print()
+    lines = verdicts(med, loops, backend)
+    print("\n".join(lines))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"meta": meta, "options": opts, "verdicts": lines,
+                                         "samples": {f"{w}|{v}": s for (w, v), s in bench.samples.items()}},
+                                        indent=1))
+    return 0 if not any(line.startswith("FAIL") for line in lines) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
