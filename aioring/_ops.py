@@ -92,7 +92,7 @@ def new_bytes(n: int) -> bytes:
 # so that a task reading a file does not starve the others.  (A direct read
 # yields after it read, a file call before it begins.)
 YIELD_EVERY = 64
-_unyielded = [0]
+_unyielded = [0, 0]  # calls since the last yield, yields since fds were forgotten
 
 # A read at an offset is first tried as a non-blocking system call
 # (preadv2 with RWF_NOWAIT): from the page cache it completes there and
@@ -132,8 +132,11 @@ def pace() -> bool:
     _unyielded[0] += 1
     if _unyielded[0] >= YIELD_EVERY:
         _unyielded[0] = 0
-        _fd_cache.clear()  # (see cache_due)
-        _plain.clear()
+        _unyielded[1] += 1
+        if _unyielded[1] >= FORGET_EVERY:  # (see cache_due)
+            _unyielded[1] = 0
+            _fd_cache.clear()
+            _plain.clear()
         return True
     return False
 
@@ -165,10 +168,12 @@ async def _yield_keeping() -> None:
 # kernel refuses its buffer, length or offset (EINVAL), the error names the
 # alignment the kernel reports for it (statx's STATX_DIOALIGN).
 #
-# What is known of the fds is forgotten every YIELD_EVERY calls served at once
-# (pace), as an fd number may be closed and given to another file.  A
+# What is known of the fds is forgotten every FORGET_EVERY yields of pace (some
+# 4096 calls), as an fd number may be closed and given to another file.  (Every
+# yield was too often: 64 tasks reading 64 files cold then tried each read.)  A
 # page-cache hit on an fd known to be tried (_plain) costs one set lookup.
 CACHE_BACKOFF_MAX = 64
+FORGET_EVERY = 64
 _fcntl = fcntl.fcntl
 _F_GETFL = fcntl.F_GETFL
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
