@@ -25,16 +25,12 @@ MODULES = ("test_streams", "test_sock_lowlevel", "test_server", "test_sendfile")
 LOOPS = ("asyncio", "uvloop")
 BACKENDS = ("io_uring", "threads")
 
-_TLS = "TLS: aioring's streams carry plain TCP and unix sockets until TLS lands"
 _INTERNALS = "builds or inspects asyncio's internals directly"
 _SAME_TESTS = "the same tests on another selector, which aioring does not use"
 _TRANSPORTS = "the loop's own transports and protocols (loop.sendfile), which aioring does not replace"
 
 # Left out everywhere: test id (or a prefix of it, ending in ".") -> reason.
 EXCLUDED: dict[str, str] = {
-    "test_streams.StreamTests.test_open_connection_no_loop_ssl": _TLS,
-    "test_streams.StreamTests.test_open_unix_connection_no_loop_ssl": _TLS,
-    "test_streams.StreamTests.test_start_tls": _TLS,
     "test_streams.StreamTests.test_streamreaderprotocol_": _INTERNALS + " (StreamReaderProtocol)",
     "test_streams.StreamTests.test_open_connection_happy_eyeball_refcycles":
         "asserts that asyncio's open_connection leaves no reference cycles through its own frames",
