@@ -14,6 +14,7 @@ SOURCES := pyproject.toml setup.py _build_cffi.py _build_liburing.py
 test: lint
 	$(PY) -m pytest
 	$(PY) tests/aiofiles_suite.py
+	$(PY) tests/stdlib_suite.py
 
 # The suite on every supported CPython that pyenv (or PATH) has: 3.10 to 3.13.
 test-all: system-deps
@@ -27,6 +28,7 @@ test-all: system-deps
 	  echo "== Python $$v ($$py)"; \
 	  .venv-$$v/bin/python -m pytest -q; \
 	  .venv-$$v/bin/python tests/aiofiles_suite.py; \
+	  .venv-$$v/bin/python tests/stdlib_suite.py; \
 	  ran="$$ran $$v"; \
 	done; \
 	echo "test-all: passed on$$ran"

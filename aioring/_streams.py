@@ -40,6 +40,7 @@ import socket
 import stat
 import sys
 import warnings
+import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -122,6 +123,7 @@ class _Channel:
         self._closing = False
         self._closed = False
         self._closed_future: asyncio.Future[None] = loop.create_future()
+        self._closed_hooks: list[Callable[[], None]] = []  # called as the fd is closed
         self._lost: OSError | None = None  # the error that ended the connection (see _fail)
         self._inflight = 0
         self._read_op: Op | None = None  # the receive in flight, if any
@@ -780,6 +782,9 @@ class _Channel:
         reader = self._reader
         if reader is not None and not reader._eof and reader._exception is None:
             reader.feed_eof()  # the connection is gone, as asyncio's connection_lost says
+        hooks, self._closed_hooks = self._closed_hooks, []
+        for hook in hooks:
+            hook()
         self._wake_drainers()
         closed = self._closed_future
         if not closed.done():
@@ -1389,6 +1394,9 @@ async def open_unix_connection(path: str | bytes | os.PathLike[str] | None = Non
 
 
 # ------------------------------------------------------------------ server
+_HOLD_WRITERS = sys.version_info < (3, 13)  # (see Server._held)
+
+
 class _Acceptor:
     """The accepts of one listening socket: one ring op, started again after
     each connection, whose CQE comes straight here (the ring's sink), as
@@ -1492,7 +1500,8 @@ class Server:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sockets: list[socket.socket],
                  callback: ClientConnected, limit: int, backlog: int,
-                 unix_path: str | bytes | None = None, tls: tuple[Any, ...] | None = None) -> None:
+                 unix_path: tuple[str | bytes, int] | None = None,
+                 tls: tuple[Any, ...] | None = None) -> None:
         self._loop = loop
         self._tls = tls  # (context, handshake timeout, shutdown timeout) of a TLS server
         self._sockets = sockets
@@ -1504,9 +1513,15 @@ class Server:
         self._serving = False
         self._closed = False
         self._serving_forever: asyncio.Future[None] | None = None
-        self._writers: set[StreamWriter] = set()
+        self._channels: set[_Channel] = set()  # the connections accepted, until closed
+        # Before 3.13 asyncio's protocol keeps each connection's writer until
+        # the connection closes; from 3.13 on a writer the handler dropped is
+        # collected, and closes its connection with a ResourceWarning.
+        self._held: dict[_Channel, StreamWriter] = {}
+        self._writers: weakref.WeakValueDictionary[_Channel, StreamWriter] = weakref.WeakValueDictionary()
         self._handlers: set[asyncio.Task[Any]] = set()
-        self._all_closed: asyncio.Future[None] = loop.create_future()
+        self._all_closed = False
+        self._closed_waiters: list[asyncio.Future[None]] = []  # wait_closed() callers
         self._listeners_closed = False
 
     def __repr__(self) -> str:
@@ -1543,24 +1558,27 @@ class Server:
     def _connected(self, conn: socket.socket) -> None:
         reader, writer = _streams_for(conn, self._limit, self._loop)
         writer._server_side = True
-        self._writers.add(writer)
-        closed = writer._transport._closed_future
-        closed.add_done_callback(lambda _: self._forget(writer))
+        channel = writer._transport
+        self._channels.add(channel)
+        self._writers[channel] = writer
+        if _HOLD_WRITERS:
+            self._held[channel] = writer
+        channel._closed_hooks.append(lambda: self._forget(channel))
         if self._tls is not None:
-            self._handle(self._secured(reader, writer), writer)
+            self._handle(self._secured(reader, writer), channel)
             return
         try:
             res = self._callback(reader, writer)
         except Exception as exc:
-            self._report(exc, writer)
+            self._report(exc, channel)
             return
         if asyncio.iscoroutine(res):
-            self._handle(res, writer)
+            self._handle(res, channel)
 
-    def _handle(self, coro: Any, writer: StreamWriter) -> None:
+    def _handle(self, coro: Any, channel: _Channel) -> None:
         task = self._loop.create_task(coro)
         self._handlers.add(task)
-        task.add_done_callback(lambda t: self._handler_done(t, writer))
+        task.add_done_callback(lambda t: self._handler_done(t, channel))
 
     async def _secured(self, reader: StreamReader, writer: StreamWriter) -> None:
         """A TLS server's connection: the handshake, then the callback.  A
@@ -1575,30 +1593,40 @@ class Server:
         if asyncio.iscoroutine(res):
             await res
 
-    def _handler_done(self, task: asyncio.Task[Any], writer: StreamWriter) -> None:
+    def _handler_done(self, task: asyncio.Task[Any], channel: _Channel) -> None:
         self._handlers.discard(task)
         if task.cancelled():
-            writer.close()
+            self._close_connection(channel)
             return
         exc = task.exception()
         if exc is not None:
-            self._report(exc, writer)
+            self._report(exc, channel)
 
-    def _report(self, exc: BaseException, writer: StreamWriter) -> None:
+    def _report(self, exc: BaseException, channel: _Channel) -> None:
         # asyncio's StreamReaderProtocol says this and closes the transport.
         self._loop.call_exception_handler({
             "message": "Unhandled exception in client_connected_cb",
-            "exception": exc, "transport": writer.transport})
-        writer.close()
+            "exception": exc, "transport": channel})
+        self._close_connection(channel)
 
-    def _forget(self, writer: StreamWriter) -> None:
-        self._writers.discard(writer)
+    def _close_connection(self, channel: _Channel) -> None:
+        """Close through the writer while it lives (a TLS writer says close_notify first)."""
+        writer = self._writers.get(channel)
+        writer.close() if writer is not None else channel.close()
+
+    def _forget(self, channel: _Channel) -> None:
+        self._channels.discard(channel)
+        self._held.pop(channel, None)
         self._check_all_closed()
 
     def _check_all_closed(self) -> None:
-        if self._closed and self._listeners_closed and not self._writers \
-                and not self._all_closed.done():
-            self._all_closed.set_result(None)
+        if self._closed and self._listeners_closed and not self._channels \
+                and not self._all_closed:
+            self._all_closed = True
+            waiters, self._closed_waiters = self._closed_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
 
     def close(self) -> None:
         """Stop listening at once and close the listening sockets; the
@@ -1629,29 +1657,37 @@ class Server:
             self._serving_forever.cancel()
 
     def _remove_unix_path(self) -> None:
-        path = self._unix_path
-        if path is None:
+        """Remove the listener's socket file, as 3.13's asyncio: only if it is
+        still the one the server listened on (not replaced meanwhile)."""
+        if self._unix_path is None:
             return
+        path, inode = self._unix_path
         self._unix_path = None
         try:
-            os.unlink(path)
+            if os.stat(path).st_ino == inode:
+                os.unlink(path)
         except OSError:
             pass
 
     def close_clients(self) -> None:
         """As asyncio.Server.close_clients: the same arguments, result and exceptions."""
-        for writer in list(self._writers):
-            writer.close()
+        for channel in list(self._channels):
+            self._close_connection(channel)
 
     def abort_clients(self) -> None:
         """As asyncio.Server.abort_clients: the same arguments, result and exceptions."""
-        for writer in list(self._writers):
-            writer.transport.abort()
+        for channel in list(self._channels):
+            writer = self._writers.get(channel)
+            writer.transport.abort() if writer is not None else channel.abort()
 
     async def wait_closed(self) -> None:
         """Wait until the server is closed and every connection it accepted is
         closed (called before close(), it waits for close() too, as asyncio's)."""
-        await asyncio.shield(self._all_closed)
+        if self._all_closed:
+            return
+        fut = self._loop.create_future()
+        self._closed_waiters.append(fut)
+        await fut
 
     async def serve_forever(self) -> None:
         """asyncio.Server.serve_forever, awaited: the same arguments, result and exceptions."""
@@ -1777,7 +1813,6 @@ async def start_unix_server(client_connected_cb: ClientConnected,
     context = _server_tls(ssl, ssl_handshake_timeout, ssl_shutdown_timeout, "create_unix_server")
     tls = None if context is None else (context, ssl_handshake_timeout, ssl_shutdown_timeout)
     loop = asyncio.get_running_loop()
-    unix_path: str | bytes | None = None
     if path is not None:
         if sock is not None:
             raise ValueError("path and sock can not be specified at the same time")
@@ -1796,14 +1831,21 @@ async def start_unix_server(client_connected_cb: ClientConnected,
             if exc.errno == errno.EADDRINUSE:
                 raise OSError(errno.EADDRINUSE, f"Address {path!r} is already in use") from None
             raise
-        if cleanup_socket and path[0] not in (0, "\x00"):
-            unix_path = path
     elif sock is None:
         raise ValueError("path was not specified, and no sock specified")
     else:
         check_socket(sock)
         if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
             raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
+    unix_path = None
+    bound = sock.getsockname()
+    if cleanup_socket and bound and bound[0] not in (0, "\x00"):
+        # The file it is bound to goes when the server closes, as in 3.13,
+        # unless another has replaced it meanwhile.
+        try:
+            unix_path = (bound, os.stat(bound).st_ino)
+        except FileNotFoundError:
+            pass
     sock.setblocking(False)
     server = Server(loop, [sock], client_connected_cb, limit, backlog, unix_path, tls=tls)
     if start_serving:

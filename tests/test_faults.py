@@ -951,6 +951,7 @@ def test_closing_the_loop_with_operations_in_flight(new_loop, file_content, loop
     made.append(listener)
     receive_bufs: list[array.array] = []
     file_bufs: list[array.array] = []
+    writers: list[Any] = []
     freed: list[weakref.ref[array.array]] = []
     outcomes: dict[str, Any] = {}
 
@@ -978,7 +979,8 @@ def test_closing_the_loop_with_operations_in_flight(new_loop, file_content, loop
             tasks.append(asyncio.ensure_future(
                 watched(f"sock{i}", aioring.sock_recv_into(a, buffer(100, receive_bufs)))))
         for i, (a, _) in enumerate(sock_pairs[3:5]):
-            reader, _ = await aioring.open_connection(sock=a)
+            reader, writer = await aioring.open_connection(sock=a)
+            writers.append(writer)  # (a writer dropped unclosed closes its connection)
             tasks.append(asyncio.ensure_future(
                 watched(f"stream{i}", reader.readinto(buffer(100_000, receive_bufs)))))
         tasks.append(asyncio.ensure_future(
