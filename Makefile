@@ -64,7 +64,7 @@ lint: $(VENV)/.installed-test
 bench: $(VENV)/.installed-bench
 	$(PY) benchmarks/framed_echo.py
 
-BENCHMARKS := framed_echo file_reads sequential small_files pipes echo_rps aiofiles_ops cold_reads tree_ops
+BENCHMARKS := framed_echo file_reads sequential small_files pipes echo_rps aiofiles_ops cold_reads tree_ops idle_conns
 
 # Every benchmark in turn, each writing benchmarks/results/<name>.json; one that fails
 # does not stop the others, but makes the target fail at the end.
