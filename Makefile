@@ -7,9 +7,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-SOURCES := pyproject.toml setup.py _build_cffi.py _build_liburing.py
+SOURCES := pyproject.toml setup.py _build_cffi.py _build_liburing.py src/core.c src/core.h
 
-.PHONY: test test-all soak lint bench bench-all bench-deps system-deps clean
+.PHONY: test test-all soak asan lint bench bench-all bench-deps system-deps clean
 
 test: lint
 	$(PY) -m pytest
@@ -37,6 +37,27 @@ test-all: system-deps
 soak: $(VENV)/.installed-test
 	$(PY) -m pytest -m slow -s -v tests/test_soak.py
 
+# The ring's C (the binding and the core) built with AddressSanitizer into
+# build/asan, away from the tree's own build, and the stream, cancel, fault
+# and soak tests run against it (PYTHONMALLOC=malloc: every Python object is a
+# malloc block ASan watches).  Leak checking is off: the interpreter keeps
+# memory until exit by design.
+ASAN_TESTS := tests/test_streams.py tests/test_streams_edges.py tests/test_faults.py tests/test_soak.py \
+              tests/test_ring.py
+asan: $(VENV)/.installed-test
+	rm -rf build/asan build/asan-tmp
+	mkdir -p build/asan && cp -r aioring build/asan/ && rm -f build/asan/aioring/*.so
+	CFLAGS="-fsanitize=address -fno-omit-frame-pointer -g" LDFLAGS="-fsanitize=address" \
+	  $(PY) setup.py -q build_ext --build-lib build/asan --build-temp build/asan-tmp
+	cd build/asan && ASAN_OPTIONS=detect_leaks=0 PYTHONMALLOC=malloc \
+	  LD_PRELOAD=$$($(CC) -print-file-name=libasan.so) PYTHONPATH=$(CURDIR)/build/asan \
+	  $(CURDIR)/$(PY) -c 'import aioring._core as c, aioring._liburing as l; \
+	    assert "build/asan" in c.__file__ and "build/asan" in l.__file__, (c.__file__, l.__file__)' && \
+	  ASAN_OPTIONS=detect_leaks=0 PYTHONMALLOC=malloc \
+	  LD_PRELOAD=$$($(CC) -print-file-name=libasan.so) PYTHONPATH=$(CURDIR)/build/asan \
+	  $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider --rootdir=$(CURDIR) -c $(CURDIR)/pyproject.toml \
+	    $(addprefix $(CURDIR)/,$(ASAN_TESTS))
+
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check aioring tests benchmarks _build_cffi.py _build_liburing.py setup.py .ci/wheel_needs.py
 	$(VENV)/bin/mypy
@@ -45,7 +66,7 @@ lint: $(VENV)/.installed-test
 bench: $(VENV)/.installed-bench
 	$(PY) benchmarks/framed_echo.py
 
-BENCHMARKS := framed_echo file_reads sequential small_files pipes echo_rps aiofiles_ops cold_reads tree_ops
+BENCHMARKS := framed_echo file_reads sequential small_files pipes echo_rps aiofiles_ops cold_reads tree_ops idle_conns
 
 # Every benchmark in turn, each writing benchmarks/results/<name>.json; one that fails
 # does not stop the others, but makes the target fail at the end.

@@ -1,9 +1,9 @@
 """cffi build script: aioring's C surface over liburing (out-of-line API mode).
 
 liburing's ``io_uring_prep_*`` helpers are ``static inline``, so only API mode
-reaches them.  The hot path is a handful of small C helpers: one call per
-operation gets, prepares and tags an SQE; one call per wakeup harvests every
-ready CQE into three flat arrays.  Python never touches an SQE or a CQE.
+reaches them.  One call per operation gets, prepares and tags an SQE;
+harvesting CQEs and handing them to their targets is the compiled core's
+(src/core.c).  Python never touches an SQE or a CQE.
 
 Sections, in order: includes and definitions a newer kernel adds (C source),
 types, functions, constants (cdef).
@@ -134,20 +134,6 @@ static int aior_prep_rw_sqe(struct io_uring *ring, int op, int fd, void *addr,
     io_uring_prep_rw(op, sqe, fd, addr, len, (__u64)off);
     sqe->rw_flags = op_flags;
     io_uring_sqe_set_flags(sqe, sqe_flags);
-    sqe->user_data = user_data;
-    return 0;
-}
-
-/* Ask the kernel to cancel the request tagged `target`. */
-static int aior_prep_cancel(struct io_uring *ring, uint64_t target,
-                            uint64_t user_data)
-{
-    struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-
-    if (!sqe)
-        return -EBUSY;
-    io_uring_prep_rw(IORING_OP_ASYNC_CANCEL, sqe, -1, NULL, 0, 0);
-    sqe->addr = target;
     sqe->user_data = user_data;
     return 0;
 }
@@ -408,81 +394,6 @@ static unsigned aior_msghdr_size(void)
     return sizeof(struct msghdr);
 }
 
-static unsigned aior_harvest(struct io_uring *ring, uint64_t *ud, int32_t *res,
-                             uint32_t *flags, unsigned max)
-{
-    struct io_uring_cqe *cqe;
-    unsigned head, n = 0;
-
-    io_uring_for_each_cqe(ring, head, cqe) {
-        if (n == max)
-            break;
-        ud[n] = cqe->user_data;
-        res[n] = cqe->res;
-        flags[n] = cqe->flags;
-        n++;
-    }
-    io_uring_cq_advance(ring, n);
-    return n;
-}
-
-/* Completions the kernel holds back (overflow list, deferred task work)
-   appear only after an enter with GETEVENTS. */
-static int aior_needs_enter(struct io_uring *ring)
-{
-    return IO_URING_READ_ONCE(*ring->sq.kflags) &
-           (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN);
-}
-
-/* One call per wakeup: drain the eventfd (it is level-triggered; draining it
-   before harvesting loses no wakeup), then harvest up to `max` CQEs.  When the
-   result equals `max` more may be ready: call again with efd = -1. */
-static int aior_reap(struct io_uring *ring, int efd, uint64_t *ud,
-                     int32_t *res, uint32_t *flags, unsigned max)
-{
-    unsigned n;
-
-    if (efd >= 0) {
-        uint64_t value;
-        if (read(efd, &value, sizeof(value)) < 0 && errno != EAGAIN)
-            return -errno;
-    }
-    n = aior_harvest(ring, ud, res, flags, max);
-    if (n < max && aior_needs_enter(ring)) {
-        io_uring_get_events(ring);
-        n += aior_harvest(ring, ud + n, res + n, flags + n, max - n);
-    }
-    return n;
-}
-
-/* Submit everything queued and harvest what completed meanwhile.  Cached
-   reads complete inside the submit call, so their CQEs are collected here
-   without a wakeup: notification is off while we submit, and the CQ is read
-   again after it is back on, so a CQE posted in between is never stranded.
-   *submitted receives io_uring_submit's result (count or -errno).  When the
-   return value equals `max`, call aior_reap(efd=-1) until it is smaller. */
-static int aior_submit_reap(struct io_uring *ring, uint64_t *ud, int32_t *res,
-                            uint32_t *flags, unsigned max, int *submitted)
-{
-    unsigned n;
-
-    io_uring_cq_eventfd_toggle(ring, false);
-    *submitted = io_uring_submit(ring);
-    n = aior_harvest(ring, ud, res, flags, max);
-    io_uring_cq_eventfd_toggle(ring, true);
-    /* The kernel publishes a CQE, then reads the flag; we publish the flag,
-       then read the CQ tail.  Without a full fence both may read the old
-       value, and a CQE would be neither harvested nor signalled. */
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (n < max)
-        n += aior_harvest(ring, ud + n, res + n, flags + n, max - n);
-    if (n < max && aior_needs_enter(ring)) {
-        io_uring_get_events(ring);
-        n += aior_harvest(ring, ud + n, res + n, flags + n, max - n);
-    }
-    return n;
-}
-
 /* Block until at least one CQE is ready, or -ETIME after `ms` milliseconds
    without one (closing a ring drains it). */
 static int aior_wait(struct io_uring *ring, unsigned ms)
@@ -498,11 +409,6 @@ static int aior_wait(struct io_uring *ring, unsigned ms)
         ret = io_uring_wait_cqe_timeout(ring, &cqe, &ts);
     } while (ret == -EINTR);
     return ret;
-}
-
-static unsigned aior_sq_pending(struct io_uring *ring)
-{
-    return io_uring_sq_ready(ring);
 }
 
 static int aior_ring_fd(struct io_uring *ring)
@@ -915,8 +821,6 @@ int aior_prep_rw(struct io_uring *ring, int op, int fd, void *addr,
 int aior_prep_rw_sqe(struct io_uring *ring, int op, int fd, void *addr,
                      unsigned len, int64_t off, unsigned op_flags,
                      unsigned sqe_flags, uint64_t user_data);
-int aior_prep_cancel(struct io_uring *ring, uint64_t target,
-                     uint64_t user_data);
 int aior_withdraw(struct io_uring *ring, uint64_t user_data);
 unsigned aior_unsubmitted(struct io_uring *ring, uint64_t mask, uint64_t *tags,
                           unsigned max);
@@ -957,12 +861,7 @@ int aior_prep_splice(struct io_uring *ring, int fd_in, int64_t off_in, int fd_ou
 int aior_prep_shutdown(struct io_uring *ring, int fd, int how, uint64_t user_data);
 unsigned aior_sockaddr_storage_size(void);
 unsigned aior_msghdr_size(void);
-int aior_reap(struct io_uring *ring, int efd, uint64_t *ud, int32_t *res,
-              uint32_t *flags, unsigned max);
-int aior_submit_reap(struct io_uring *ring, uint64_t *ud, int32_t *res,
-                     uint32_t *flags, unsigned max, int *submitted);
 int aior_wait(struct io_uring *ring, unsigned ms);
-unsigned aior_sq_pending(struct io_uring *ring);
 int aior_ring_fd(struct io_uring *ring);
 
 /* functions: the fallback's system calls, one per prep function */

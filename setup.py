@@ -1,7 +1,9 @@
 """cffi reads cffi_modules only from setup.py; everything else is in pyproject.toml.
 
-Every extension module that links liburing takes its compile and link
-arguments from _build_liburing.extension_args(), so that one setting
+Two compiled modules: the cffi binding (aioring._liburing, _build_cffi.py)
+and the core (aioring._core, C in src/; its seam is src/core.h).  Every
+extension module takes its compile and link arguments from
+_build_liburing.extension_args(), so that one setting
 (AIORING_LIBURING=static|shared) applies to all of them.
 """
 
@@ -10,6 +12,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _build_*.py, for cffi's build script too
 
-from setuptools import setup
+from setuptools import Extension, setup
 
-setup(cffi_modules=["_build_cffi.py:ffibuilder"])
+from _build_liburing import extension_args
+
+_WARNINGS = ["-Wall", "-Wextra", "-Wno-missing-field-initializers", "-Wno-unused-parameter"]
+
+setup(
+    cffi_modules=["_build_cffi.py:ffibuilder"],
+    ext_modules=[Extension("aioring._core", sources=["src/core.c"], depends=["src/core.h"],
+                           extra_compile_args=["-O2", *_WARNINGS], **extension_args())],
+)

@@ -55,8 +55,9 @@ import warnings
 import weakref
 from collections import deque
 from typing import Any
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
+from ._core import Core, Op
 from ._liburing import ffi, lib
 
 __all__ = ["DEFAULT_ENTRIES", "Op", "Ring", "close_ring", "get_ring", "os_error", "ready"]
@@ -74,13 +75,13 @@ else:  # asyncio.current_task is Python here, and asks for the running loop agai
 # SUBMIT_ALL (5.18): an SQE that fails early does not stop the rest of the
 # batch.  COOP_TASKRUN (5.19): completions of work the kernel handed to its
 # worker threads reach the loop's thread without an interrupt; with
-# TASKRUN_FLAG the ring says when they wait to be run (aior_needs_enter).
+# TASKRUN_FLAG the ring says when they wait to be run (the core's needs_enter).
 # Measured: no change on page-cache reads, +30% on 32 concurrent STATX.
 # SINGLE_ISSUER and DEFER_TASKRUN showed nothing more.
 _SETUP_FLAGS = [lib.IORING_SETUP_SUBMIT_ALL | lib.IORING_SETUP_COOP_TASKRUN | lib.IORING_SETUP_TASKRUN_FLAG,
                 lib.IORING_SETUP_SUBMIT_ALL, 0]
 
-# Op.state
+# Op.state (Op, the in-flight entry, is the core's: see src/core.h)
 _WAITING = 0  # held back by backpressure, no SQE yet
 _SUBMITTED = 1  # in the SQ or in the kernel: in the in-flight table
 _DONE = 2  # its CQE arrived (or it was dropped before ever being submitted)
@@ -90,8 +91,6 @@ _DONE = 2  # its CQE arrived (or it was dropped before ever being submitted)
 # (see _withdraw_cancelled) and skips the others (a stream's sends and receives).
 _AWAITED = 1 << 62
 
-_ffi_release = ffi.release
-_InvalidStateError = asyncio.InvalidStateError
 _EAGAIN = -errno.EAGAIN
 # Closing a ring waits this long for the kernel's next completion at most.
 CLOSE_WAIT = 3.0
@@ -117,48 +116,6 @@ def os_error(res: int, filename: Any = None, filename2: Any = None) -> OSError:
     if filename is not None:
         return OSError(code, os.strerror(code), filename)
     return OSError(code, os.strerror(code))
-
-
-class Op:
-    """One request: how to prepare its SQE, what the kernel holds, how to finish it."""
-
-    __slots__ = (
-        "args",
-        "cancelled",
-        "finish",
-        "future",
-        "keep",
-        "key",
-        "poll_mask",
-        "polling",
-        "prep",
-        "readied",
-        "res",
-        "sink",
-        "state",
-        "unbounded",
-        "waiter",
-    )
-
-    def __init__(self, future: asyncio.Future[Any] | None, prep: Callable[..., int], args: tuple[Any, ...],
-                 keep: Any, finish: Callable[[Op, int], Any] | None, poll_mask: int) -> None:
-        self.key = 0
-        self.future = future
-        self.prep = prep  # lib.aior_prep_*: (ring, *args, user_data) -> 0 or -EBUSY
-        self.args = args
-        self.keep = keep  # the cdata the kernel may touch; released once its CQE is in
-        self.finish = finish  # (op, res >= 0) -> result; None: the result is res
-        self.state = _WAITING
-        self.res = 0
-        self.waiter: asyncio.Future[Any] | None = None  # set once the caller was cancelled
-        self.poll_mask = poll_mask  # for -EAGAIN on a non-blocking fd: poll, then retry
-        self.polling = False
-        self.readied = False  # (threads backend: it waited for readiness, a worker makes it now)
-        self.unbounded = False  # may wait for a peer indefinitely: exempt from backpressure
-        self.cancelled = False  # its cancellation was asked for (an ECANCELED is ours)
-        # Instead of a future, for an op nobody awaits (a stream's receive or
-        # send): called with the CQE's result as the ring harvests it.
-        self.sink: Callable[[int], None] | None = None
 
 
 def ready(op: Op) -> Any:
@@ -218,9 +175,6 @@ def _no_prep(*args: Any) -> int:
 _CANCEL = Op(None, _no_prep, (), None, None, 0)
 
 
-_NOTHING: Iterator[tuple[int, int]] = iter(())
-
-
 def _not_handed_on(op: Op) -> bool:
     """Whether the CQE of `op`, taken from the table, has not reached whoever
     waits for it (so that handling it again is right)."""
@@ -231,19 +185,6 @@ def _not_handed_on(op: Op) -> bool:
     if op.waiter is not None:
         return not op.waiter.done()
     return op.future is not None and not op.future.done()
-
-
-class _Harvest:
-    """Where a ring's harvest stands, for _strand: what an exception (a
-    KeyboardInterrupt at any line) must not lose."""
-
-    __slots__ = ("cqe", "op", "reaped", "stranded")
-
-    def __init__(self) -> None:
-        self.cqe: tuple[int, int] | None = None  # the CQE being handled
-        self.op: Any = None  # and its op, once taken from the table
-        self.reaped = 0  # CQEs in the arrays that _complete has not taken yet
-        self.stranded: list[tuple[int, int]] = []  # CQEs an exception left unhandled
 
 
 class Ring:
@@ -287,11 +228,13 @@ class Ring:
             # one request at a time (see _emulate); the rest of the ring is used.
             from ._threads import EMULATED
             self._lacking = EMULATED - self._supported
-            self._init_table(loop, self.cq_entries)
+            self._init_table(loop, self.cq_entries, self._ring)
             self._emulated: dict[int, int] = {}  # key -> worker request, of requests made by _emulate
             loop.add_reader(efd, self._on_wakeup)
         except BaseException:
             self._closed = True
+            if "_core" in self.__dict__:
+                self._core.detach()
             lib.io_uring_queue_exit(self._ring)
             if efd >= 0:
                 with contextlib.suppress(Exception):
@@ -299,8 +242,9 @@ class Ring:
                 os.close(efd)
             raise
 
-    def _init_table(self, loop: asyncio.AbstractEventLoop, cap: int) -> None:
-        """The in-flight table, the queues and the harvest arrays."""
+    def _init_table(self, loop: asyncio.AbstractEventLoop, cap: int, ring: Any = None) -> None:
+        """The in-flight table and the core that owns it, and the queues.
+        `ring`: the binding's struct io_uring (None: no ring)."""
         self._closed = False
         # (process, thread) that made it.  (Ring keeps at most 29 attributes:
         # more and CPython 3.11+ stops sharing instance dict keys, which slows
@@ -308,23 +252,19 @@ class Ring:
         self._owner = (os.getpid(), threading.get_ident())
         self._loop_ref = weakref.ref(loop)
         self._ops: dict[int, Op] = {}
+        address = 0 if ring is None else int(ffi.cast("uintptr_t", ring))
+        self._core = Core(ring, address, self._ops, _CANCEL, lib.aior_prep_poll, ffi.release, os_error,
+                          self._on_retry, self._on_strand, asyncio.InvalidStateError)
         self._waiting: deque[Op] = deque()
         self._limit = cap
-        self._unbounded = 0  # unbounded ops in self._ops
         self._deferred: list[Callable[[], None]] = []
-        self._next_key = 1
         self._flush_handle: asyncio.Handle | None = None
         self._eager_task: asyncio.Task[Any] | None = None
         self._eager_left = 0
         self._solo = True
-        self._cap = cap
-        self._ud = ffi.new("uint64_t[]", cap)
-        self._res = ffi.new("int32_t[]", cap)
-        self._flags = ffi.new("uint32_t[]", cap)
-        self._submitted = ffi.new("int *")
-        self._harvest = _Harvest()
-        self.stats = {"submit_calls": 0, "wakeups": 0, "completions": 0, "backpressured": 0,
-                      "cancels": 0, "resubmitted": 0, "withdrawn": 0}
+        self._stranded: list[tuple[int, int]] = []  # CQEs an exception left unhandled
+        self._tags = ffi.new("uint64_t[]", cap)  # (the unsubmitted SQEs' tags, see _withdraw_cancelled)
+        self.stats = {"backpressured": 0, "cancels": 0, "resubmitted": 0, "withdrawn": 0}
 
     # ------------------------------------------------------------------ info
     @property
@@ -340,7 +280,9 @@ class Ring:
         return opcode in self._supported
 
     def statistics(self) -> dict[str, int]:
-        return dict(self.stats, in_flight=len(self._ops), waiting=len(self._waiting),
+        core = self._core
+        return dict(self.stats, submit_calls=core.submit_calls, wakeups=core.wakeups,
+                    completions=core.completions, in_flight=len(self._ops), waiting=len(self._waiting),
                     sq_entries=self.sq_entries, cq_entries=self.cq_entries)
 
     # ------------------------------------------------------------ submitting
@@ -397,17 +339,11 @@ class Ring:
         op.cancelled = False
         if self._lacking and self._emulate(loop, op):
             return
-        key = self._next_key
-        self._next_key = key + 1
-        if op.prep(self._ring, *op.args, key) == _EBUSY and not self._prep_after_submit(op, key):
+        if not self._core.start(op):
             op.state = _WAITING  # the kernel takes no SQE now
             self._waiting.appendleft(op)
             self._schedule_flush(loop)
             return
-        op.key = key
-        op.state = _SUBMITTED
-        self._ops[key] = op
-        self._unbounded += 1
         if self._flush_handle is None:
             # As in _launch: the first operation of the iteration goes at once.
             self._flush_handle = loop.call_soon(self._flush)
@@ -419,11 +355,8 @@ class Ring:
             self._submit_eagerly(loop, op)
 
     def _launch(self, loop: asyncio.AbstractEventLoop, op: Op) -> Op:
-        ops = self._ops
-        unbounded = op.unbounded
-        prep = op.prep
-        args = op.args
-        if not unbounded and (self._waiting or len(ops) - self._unbounded >= self._limit):
+        core = self._core
+        if not op.unbounded and (self._waiting or len(self._ops) - core.unbounded >= self._limit):
             op.future = loop.create_future()
             self._waiting.append(op)
             self.stats["backpressured"] += 1
@@ -432,20 +365,12 @@ class Ring:
         if self._lacking and self._emulate(loop, op):
             op.future = loop.create_future()
             return op
-        key = self._next_key
-        self._next_key = key + 1
-        key |= _AWAITED
-        if prep(self._ring, *args, key) == _EBUSY and not self._prep_after_submit(op, key):
+        if not core.start(op, _AWAITED):
             # The kernel takes no SQE now: wait.
             op.future = loop.create_future()
             self._waiting.appendleft(op)
             self._schedule_flush(loop)
             return op
-        op.key = key
-        op.state = _SUBMITTED
-        ops[key] = op
-        if unbounded:
-            self._unbounded += 1
         if self._flush_handle is None:
             # First operation of this loop iteration: submit it now (hybrid).
             self._flush_handle = loop.call_soon(self._flush)
@@ -484,8 +409,10 @@ class Ring:
             self._flush_handle = loop.call_soon(self._flush)
 
     def _new_key(self) -> int:
-        key = self._next_key
-        self._next_key = key + 1
+        """A key for a request made without an SQE (the core's keys: never reused)."""
+        core = self._core
+        key: int = core.next_key
+        core.next_key = key + 1
         return key
 
     def _prep(self, op: Op) -> bool:
@@ -496,17 +423,7 @@ class Ring:
             loop = self._loop_ref()
             if loop is not None and self._emulate(loop, op):
                 return True
-        key = self._new_key()
-        if op.future is not None:
-            key |= _AWAITED
-        if self._prep_sqe(op, key) == _EBUSY and not self._prep_after_submit(op, key):
-            return False
-        op.key = key
-        op.state = _SUBMITTED
-        self._ops[key] = op
-        if op.unbounded:
-            self._unbounded += 1
-        return True
+        return bool(self._core.start(op, 0 if op.future is None else _AWAITED))
 
     def _emulate(self, loop: asyncio.AbstractEventLoop, op: Op) -> bool:
         """Make `op` as a plain system call in a worker thread if the kernel
@@ -524,7 +441,7 @@ class Ring:
         op.state = _SUBMITTED
         self._ops[key] = op
         if op.unbounded:
-            self._unbounded += 1
+            self._core.unbounded += 1
         self._emulated[key] = run_in_worker(op, done)
         return True
 
@@ -532,22 +449,9 @@ class Ring:
         self._emulated.pop(key, None)
         if self._closed:
             return
-        self._ud[0] = key
-        self._res[0] = res
-        self._complete(1)
+        self._core.complete_batch([(key, res)])
         if self._waiting:
             self._schedule_flush()
-
-    def _prep_sqe(self, op: Op, key: int) -> int:
-        if op.polling:
-            return lib.aior_prep_poll(self._ring, op.args[1], op.poll_mask, key)
-        return op.prep(self._ring, *op.args, key)
-
-    def _prep_after_submit(self, op: Op, key: int) -> bool:
-        """The SQ is full: hand what is queued to the kernel, then prepare again."""
-        lib.io_uring_submit(self._ring)
-        self.stats["submit_calls"] += 1
-        return self._prep_sqe(op, key) != _EBUSY
 
     def defer(self, callback: Callable[[], None]) -> None:
         """Call `callback` at this iteration's flush, just before it submits,
@@ -576,7 +480,7 @@ class Ring:
                         self._deferred[:0] = callbacks  # the others still run, at the next flush
                     raise
             self._flush_handle = None
-            if self._harvest.stranded:
+            if self._stranded:
                 self._complete_stranded()
             self._release_waiting()
             self._submit_queued()
@@ -592,23 +496,23 @@ class Ring:
 
     def _submit_queued(self) -> None:
         """The flush's submit: what the iteration queued goes to the kernel."""
-        pending = lib.aior_sq_pending(self._ring)
+        pending = self._core.sq_pending
         # Many operations in one flush: many tasks share the loop, and batching
         # serves them best.  One: a lone task, which eager runs serve best.
         self._solo = pending <= 1
         if pending:
             self._withdraw_cancelled(pending)
             self._submit()
-            if lib.aior_sq_pending(self._ring):
+            if self._core.sq_pending:
                 self._schedule_flush()  # the kernel stopped short of the batch
 
     def _withdraw_cancelled(self, pending: int) -> None:
         """Before the flush submits: an op whose caller was cancelled since its
         SQE was prepared (the task has not run yet to say so) never starts."""
         ops = self._ops
-        # (The harvest arrays are free here: every CQE in them was taken.)
-        n = lib.aior_unsubmitted(self._ring, _AWAITED, self._ud, min(pending, self._cap))
-        for key in ffi.unpack(self._ud, n):
+        tags = self._tags
+        n = lib.aior_unsubmitted(self._ring, _AWAITED, tags, min(pending, len(tags)))
+        for key in ffi.unpack(tags, n):
             op = ops.get(key)
             if op is not None:
                 fut = op.future
@@ -616,63 +520,31 @@ class Ring:
                     self.withdraw(op)
 
     def _submit(self) -> None:
-        n = self._harvest.reaped = lib.aior_submit_reap(self._ring, self._ud, self._res, self._flags,
-                                                        self._cap, self._submitted)
-        try:
-            self.stats["submit_calls"] += 1
-            ret = self._submitted[0]
-            if ret < 0:
-                if ret not in _RETRY_SUBMIT:
-                    raise os_error(ret)
-                # The kernel could not take the SQEs now; they stay queued.
-                self._flush_handle = None
-                self._schedule_flush()
-            self._harvested(n)
-        except BaseException:
-            self._strand_unharvested()
-            raise
+        ret = self._core.submit()  # (which harvests and dispatches what completed)
+        if ret < 0:
+            if ret not in _RETRY_SUBMIT:
+                raise os_error(ret)
+            # The kernel could not take the SQEs now; they stay queued.
+            self._flush_handle = None
+            self._schedule_flush()
+        if self._waiting:
+            # The completions freed room (and a poll may have requeued an op):
+            # the waiting ops go out with the next flush.
+            self._schedule_flush()
 
     def _on_wakeup(self) -> None:
         if self._closed:
             return
-        try:
-            self.stats["wakeups"] += 1
-            n = self._harvest.reaped = lib.aior_reap(self._ring, self._efd, self._ud, self._res,
-                                                     self._flags, self._cap)
-            if n < 0:
-                self._harvest.reaped = 0
-                raise os_error(n)
-            self._harvested(n)
-        except BaseException:
-            self._strand_unharvested()
-            raise
-
-    def _strand_unharvested(self) -> None:
-        """CQEs reaped into the arrays that _complete did not take yet (an
-        exception came in between): keep them for the next flush."""
-        n = self._harvest.reaped
-        if n > 0:
-            self._harvest.reaped = 0
-            self._harvest.stranded.extend(zip(ffi.unpack(self._ud, n), ffi.unpack(self._res, n), strict=True))
-            self._schedule_flush()
-
-    def _harvested(self, n: int) -> None:
-        while n:
-            self._complete(n)
-            if n < self._cap:
-                break
-            n = self._harvest.reaped = lib.aior_reap(self._ring, -1, self._ud, self._res, self._flags,
-                                                     self._cap)
+        self._core.reap(self._efd)
         if self._waiting:
-            # The completions freed room (and a poll may have requeued an op):
-            # the waiting ops go out with the next flush.
             self._schedule_flush()
 
     def _release_waiting(self) -> None:
         waiting = self._waiting
         ops = self._ops
         limit = self._limit
-        while waiting and (len(ops) - self._unbounded < limit or waiting[0].unbounded):
+        core = self._core
+        while waiting and (len(ops) - core.unbounded < limit or waiting[0].unbounded):
             op = waiting.popleft()
             if op.state != _WAITING:
                 continue  # dropped, or withdrawn
@@ -686,112 +558,52 @@ class Ring:
                 break
 
     # ------------------------------------------------------------ completing
-    def _complete(self, n: int, stranded: list[tuple[int, int]] | None = None) -> None:
-        """Finish the ops of the n CQEs in self._ud and self._res (or of
-        the `stranded` CQEs)."""
-        harvest = self._harvest
-        batch: Iterator[tuple[int, int]] = _NOTHING
-        try:
-            if stranded is None:
-                self.stats["completions"] += n
-                batch, harvest.reaped = zip(ffi.unpack(self._ud, n), ffi.unpack(self._res, n), strict=True), 0
-            else:
-                batch = iter(stranded)
-            ops = self._ops
-            # Each step leaves what _strand needs, should it be interrupted.
-            for harvest.cqe in batch:
-                key, res = harvest.cqe
-                op = harvest.op = ops.pop(key, None)
-                if op is None or op is _CANCEL:
-                    continue
-                self._unbounded -= op.unbounded  # (a bool)
-                if res < 0 or op.polling:
-                    if op.polling or (res == _EAGAIN and op.poll_mask):
-                        if self._retry(op, res):
-                            continue
-                        res = -errno.ECANCELED if res >= 0 else res
-                    elif res == _ECANCELED and not op.cancelled and op.waiter is None:
-                        # Nobody cancelled it: the kernel could not start a worker
-                        # for it (io-wq fails to while a signal is pending).  Again.
-                        self._waiting.appendleft(op)  # _harvested schedules the flush
-                        op.state = _WAITING
-                        self.stats["resubmitted"] += 1
-                        continue
-                op.state = _DONE
-                op.res = res
-                sink = op.sink
-                if sink is not None:
-                    sink(res)  # which may start op again
-                    continue
-                keep = op.keep
-                fut = op.future
-                if fut is None:
-                    continue  # completed inside the submit call: start()'s caller finishes it
-                if op.waiter is not None:
-                    # The caller was cancelled and waits for this CQE (see settle).
-                    if not op.waiter.done():
-                        op.waiter.set_result(None)
-                    continue
-                finish = op.finish
-                if res >= 0 and finish is None:
-                    try:
-                        fut.set_result(res)
-                    except _InvalidStateError:
-                        continue  # cancelled; the caller's settle() finishes it
-                elif fut.done():
-                    continue  # cancelled; the caller's settle() finishes it
-                elif res < 0 or finish is None:
-                    fut.set_exception(os_error(res))
-                else:
-                    try:
-                        result = finish(op, res)
-                    except Exception as exc:  # (a KeyboardInterrupt is the loop's, not the op's)
-                        fut.set_exception(exc)
-                    else:
-                        fut.set_result(result)
-                if keep is not None:
-                    op.keep = None
-                    if type(keep) is not tuple:
-                        _ffi_release(keep)
-        except BaseException:
-            if batch is _NOTHING and stranded is not None:
-                harvest.stranded[:0] = stranded  # (interrupted before it began)
-            self._strand(batch)
-            raise
+    # The core harvests CQEs and hands each to its op's target (src/core.h);
+    # these are the policy it asks for.
+    def _on_retry(self, op: Op, res: int) -> int | None:
+        """The core's question for a negative result or a poll's: None when
+        `op` was requeued (to poll, or to try again), else the result to
+        finish it with."""
+        if op.polling or (res == _EAGAIN and op.poll_mask):
+            if self._retry(op, res):
+                return None
+            return -errno.ECANCELED if res >= 0 else res
+        if res == _ECANCELED and not op.cancelled and op.waiter is None:
+            # Nobody cancelled it: the kernel could not start a worker for
+            # it (io-wq fails to while a signal is pending).  Again.
+            self._waiting.appendleft(op)  # the harvest's caller schedules the flush
+            op.state = _WAITING
+            self.stats["resubmitted"] += 1
+            return None
+        return res
 
-    def _strand(self, batch: Iterator[tuple[int, int]]) -> None:
-        """An exception escaped a completion (a KeyboardInterrupt, which the
-        default SIGINT handler raises at any line, or a sink's error): keep
-        the batch's other CQEs, and the one it interrupted if its op was not
-        handed on yet, for the next flush.  Their ops are never stranded."""
-        rest = list(batch)
-        cqe, self._harvest.cqe = self._harvest.cqe, None
-        op, self._harvest.op = self._harvest.op, None
-        if cqe is not None:
-            key = cqe[0]
-            if key in self._ops:  # not taken yet
-                rest.insert(0, cqe)
-            elif op is not None and op is not _CANCEL and op.key == key and _not_handed_on(op):
-                op.state = _SUBMITTED
-                self._ops[key] = op  # taken, not handed on yet
-                rest.insert(0, cqe)
+    def _on_strand(self, key: int, res: int, op: Op | None, rest: list[tuple[int, int]]) -> None:
+        """An exception escaped while the core handed the CQE (key, res) to
+        `op` (a KeyboardInterrupt, which the default SIGINT handler raises at
+        any line, or a sink's error): keep the CQEs it did not hand on yet,
+        `rest` and the interrupted one if its op did not get it, for the
+        next flush.  Their ops are never stranded."""
+        if op is not None and op is not _CANCEL and op.key == key and _not_handed_on(op):
+            op.state = _SUBMITTED
+            self._ops[key] = op  # taken, not handed on yet
+            rest.insert(0, (key, res))
         # (the interrupted CQE may or may not have counted its op)
-        self._unbounded = sum(1 for o in self._ops.values() if o is not _CANCEL and o.unbounded)
+        self._core.unbounded = sum(1 for o in self._ops.values() if o is not _CANCEL and o.unbounded)
         if rest:
-            self._harvest.stranded.extend(rest)
+            self._stranded.extend(rest)
             self._schedule_flush()
 
     def _complete_stranded(self) -> None:
-        stranded, self._harvest.stranded = self._harvest.stranded, []
-        self._complete(0, stranded)
+        stranded, self._stranded = self._stranded, []
+        self._core.complete_batch(stranded)
 
     def _drop_stranded(self) -> None:
         """Closing: the stranded CQEs' ops end (their CQEs will not come again)."""
-        for key, res in self._harvest.stranded:
+        for key, res in self._stranded:
             op = self._ops.pop(key, None)
             if op is not None and op is not _CANCEL:
                 self._drop(op, res)
-        self._harvest.stranded = []
+        self._stranded = []
 
     def _retry(self, op: Op, res: int) -> bool:
         """-EAGAIN from a non-blocking fd: poll it, then try again.  True when requeued."""
@@ -805,7 +617,7 @@ class Ring:
         else:
             op.polling = True
         op.state = _WAITING
-        self._waiting.appendleft(op)  # _harvested schedules the flush that retries it
+        self._waiting.appendleft(op)  # the harvest's caller schedules the flush that retries it
         return True
 
     # ----------------------------------------------------------- cancelling
@@ -883,7 +695,7 @@ class Ring:
             if not self._unsubmit(op.key):
                 return False
             self._ops[op.key] = _CANCEL
-            self._unbounded -= op.unbounded  # (a bool)
+            self._core.unbounded -= op.unbounded  # (a bool)
         elif state != _WAITING:
             return False
         # (A waiting op is dropped lazily from the queue.)
@@ -916,12 +728,8 @@ class Ring:
         self._schedule_flush()
 
     def _prep_cancel(self, target: int) -> bool:
-        key = self._new_key()
-        if lib.aior_prep_cancel(self._ring, target, key) == _EBUSY:
-            lib.io_uring_submit(self._ring)
-            if lib.aior_prep_cancel(self._ring, target, key) == _EBUSY:
-                return False
-        self._ops[key] = _CANCEL
+        if not self._core.cancel(target):
+            return False
         self.stats["cancels"] += 1
         return True
 
@@ -975,6 +783,7 @@ class Ring:
         if self._ops:
             # The kernel would not say it let go: never free what it may still write.
             _kept_forever.extend(self._ops.values())
+        self._core.detach()
         lib.io_uring_queue_exit(self._ring)
         os.close(self._efd)
 
@@ -985,8 +794,7 @@ class Ring:
         ret = lib.aior_wait(self._ring, int(CLOSE_WAIT * 1000))
         if ret < 0:
             return False
-        n = lib.aior_reap(self._ring, -1, self._ud, self._res, self._flags, self._cap)
-        for key, res in zip(ffi.unpack(self._ud, n), ffi.unpack(self._res, n), strict=True):
+        for key, res in self._core.harvest():
             entry = self._ops.pop(key, None)
             if entry is not None and entry is not _CANCEL:
                 self._drop(entry, res)
@@ -1006,6 +814,7 @@ class Ring:
         self._closed = True
         # The kernel ring is shared with the parent: never submit, never cancel.
         # Unmapping and closing our copies leaves the parent's ring intact.
+        self._core.detach()
         lib.io_uring_queue_exit(self._ring)
         os.close(self._efd)
         ops = [op for op in self._ops.values() if op is not _CANCEL]

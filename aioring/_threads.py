@@ -279,7 +279,7 @@ class ThreadRing(Ring):
 
     # ------------------------------------------------------------ submitting
     def _launch(self, loop: asyncio.AbstractEventLoop, op: Op) -> Op:
-        if not op.unbounded and (self._waiting or len(self._ops) - self._unbounded >= self._limit):
+        if not op.unbounded and (self._waiting or len(self._ops) - self._core.unbounded >= self._limit):
             op.future = loop.create_future()
             self._waiting.append(op)
             self.stats["backpressured"] += 1
@@ -303,8 +303,8 @@ class ThreadRing(Ring):
         op.state = _SUBMITTED
         self._ops[key] = op
         if op.unbounded:
-            self._unbounded += 1
-        self.stats["submit_calls"] += 1
+            self._core.unbounded += 1
+        self._core.submit_calls += 1
         prep = op.prep
         args = op.args
         if op.polling:
@@ -342,9 +342,7 @@ class ThreadRing(Ring):
     # ------------------------------------------------------------ completing
     def _finish(self, key: int, res: int) -> None:
         """A result made in the loop's thread: complete it as a CQE."""
-        self._ud[0] = key
-        self._res[0] = res
-        self._complete(1)
+        self._core.complete_batch([(key, res)])
         if self._waiting:
             self._schedule_flush()
 
@@ -358,21 +356,19 @@ class ThreadRing(Ring):
     def _on_wakeup(self) -> None:
         if self._closed:
             return
-        self.stats["wakeups"] += 1
+        self._core.wakeups += 1
         try:
             os.eventfd_read(self._efd)
         except BlockingIOError:
             pass
         done = self._done
         while done:
-            n = 0
-            while done and n < self._cap:
+            batch = []
+            while done:
                 key, res = done.popleft()
                 self._in_workers.pop(key, None)
-                self._ud[n] = key
-                self._res[n] = res
-                n += 1
-            self._complete(n)
+                batch.append((key, res))
+            self._core.complete_batch(batch)
         if self._waiting:
             self._schedule_flush()
 
@@ -429,12 +425,7 @@ class ThreadRing(Ring):
 
     def _ready(self, fd: int, direction: int) -> None:
         keys = self._unwatch(fd, direction)
-        for start in range(0, len(keys), self._cap):
-            batch = keys[start:start + self._cap]
-            for i, key in enumerate(batch):
-                self._ud[i] = key
-                self._res[i] = direction
-            self._complete(len(batch))
+        self._core.complete_batch([(key, direction) for key in keys])
         if self._waiting:
             self._schedule_flush()
 

@@ -182,6 +182,17 @@ def pin_pair(server_pid: int, client_pid: int) -> str:
     return f"server on CPU {cpus[0]}, client on CPU {cpus[1]}"
 
 
+def pin_together(*pids: int) -> str:
+    """Put processes (a server and its client) on one CPU, the first this
+    process may use, and say where.  They then take turns: frames per second
+    measure what a frame costs both ends together in CPU, without the overlap
+    two CPUs give."""
+    cpu = USABLE_CPUS[0]
+    for pid in pids:
+        os.sched_setaffinity(pid, {cpu})
+    return f"server and client together on CPU {cpu}"
+
+
 def machine_line(meta: dict[str, Any]) -> str:
     """The start of the report's first line, from machine_info()'s fields."""
     pinned = meta.get("pinned")

@@ -7,7 +7,9 @@ client sends a frame, waits for the whole echo, checks it, and sends the next
 processes (multiprocessing, "spawn" context) that live for the whole run; the
 parent only tells them what to do next.  Each worker is pinned to a CPU of its
 own (--no-pin leaves them to the scheduler, which otherwise often puts both on
-one CPU, taking turns, for some runs and not others).
+one CPU, taking turns, for some runs and not others).  --one-cpu pins both to
+one CPU instead: they take turns, and frames per second then measure the CPU
+a frame costs both ends together (a server under load is CPU-bound).
 
 Frame sizes (payload, --sizes): 100 MB (10^8 bytes, the size of the experiment
 this benchmark grew from), 1 MiB and 64 KiB over one connection; 1 KiB over 25
@@ -105,8 +107,8 @@ from typing import Any, cast
 
 from benchlib import (
     KIB, MB, MIB, REPO, Progress, add_run_options, aioring_backend, error_text, log, machine_cpu,
-    machine_line, median_rows, new_loop, noise_notes, parse_list, pin_pair, presets, print_failures, render,
-    run_meta, uvloop, write_json,
+    machine_line, median_rows, new_loop, noise_notes, parse_list, pin_pair, pin_together, presets,
+    print_failures, render, run_meta, uvloop, write_json,
 )
 from chart import Bar, Panel, draw
 
@@ -154,6 +156,8 @@ TLS_TARGETS: tuple[Goal, ...] = (
     (1 * MIB, "mb_per_s", TLS_REFERENCE, 1.2, None), (1 * KIB, "frames_per_s", TLS_REFERENCE, 1.0, None))
 TLS_DIR = REPO / "benchmarks" / ".data" / "tls"
 TLS_NAME = "framed-echo.test"
+# With --one-cpu, instead of both lists: the CPU a frame costs, against uvloop's streams.
+ONE_CPU_GOALS: tuple[Goal, ...] = ((1 * KIB, "frames_per_s", REFERENCE, 1.3, None),)
 DEFAULTS: dict[str, Any] = {"duration": 0.4, "repeat": 3, "min_frames": 2}
 QUICK: dict[str, Any] = {"duration": 0.08, "repeat": 1, "min_frames": 1}
 RESULTS = REPO / "benchmarks" / "results"
@@ -1250,10 +1254,11 @@ class Sample:
 
 
 class Bench:
-    def __init__(self, timeout: float, pin: bool) -> None:
+    def __init__(self, timeout: float, pin: bool, one_cpu: bool = False) -> None:
         self.ctx = multiprocessing.get_context("spawn")
         self.timeout = timeout
         self.pin = pin
+        self.one_cpu = one_cpu
         self.pinned = "no"
         self.server: Worker | None = None
         self.client: Worker | None = None
@@ -1261,7 +1266,9 @@ class Bench:
     def start(self) -> None:
         self.server = Worker(self.ctx, "server")
         self.client = Worker(self.ctx, "client")
-        if self.pin:
+        if self.one_cpu:
+            self.pinned = pin_together(self.server.pid, self.client.pid)
+        elif self.pin:
             self.pinned = pin_pair(self.server.pid, self.client.pid)
         log(f"worker processes: server pid {self.server.pid}, client pid {self.client.pid}"
             + (f" ({self.pinned})" if self.pinned != "no" else ""))
@@ -1597,6 +1604,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-pin", dest="pin", action="store_false",
                         help="leave the server and the client process where the scheduler puts them "
                              "(default: each on a CPU of its own, when there are two)")
+    parser.add_argument("--one-cpu", action="store_true",
+                        help="pin the server and the client process together to one CPU: frames/s "
+                             "then measure the CPU a frame costs (results go to framed_echo.one_cpu.json)")
     parser.add_argument("--redraw", type=Path, metavar="JSON",
                         help="run nothing: draw the chart of the results in JSON (beside it, or --chart)")
     args = parser.parse_args(argv)
@@ -1607,7 +1617,8 @@ def main(argv: list[str] | None = None) -> int:
     if repeat < 1 or duration <= 0 or min_frames < 1 or args.small_conns < 1:
         parser.error("--repeat, --duration, --min-frames and --small-conns must be positive")
     name = "framed_echo.tls" if args.tls else "framed_echo"
-    default_json = RESULTS / (f"{name}.quick.json" if args.quick else f"{name}.json")
+    default_json = RESULTS / (name + (".one_cpu" if args.one_cpu else "")
+                              + (".quick" if args.quick else "") + ".json")
     json_path = output_path(args.json, default_json)
     chart_path = output_path(args.chart, (json_path or default_json).with_suffix(".png"))
     started = time.perf_counter()
@@ -1640,7 +1651,7 @@ def main(argv: list[str] | None = None) -> int:
                          for size, *_ in runs], started=started)
     log(f"{len(runs)} runs: {len(configs)} variant/loop pairs x {len(sizes)} frame sizes x {repeat} "
         f"repeats, {windows_text(duration, min_frames)}")
-    bench = Bench(args.timeout, args.pin)
+    bench = Bench(args.timeout, args.pin, args.one_cpu)
     bench.start()
     samples: list[Sample] = []
     try:
@@ -1686,6 +1697,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.tls:
         print(targets(medians, aioring_loops, TLS_TARGETS,
                       "TLS targets, for aioring-streams-tls on each loop:", "aioring-streams-tls"))
+    elif args.one_cpu:
+        print(targets(medians, aioring_loops, ONE_CPU_GOALS,
+                      "Goal with server and client on one CPU (for information):"))
     else:
         print(targets(medians, aioring_loops, TARGETS, "Targets, for aioring-streams on each loop:"))
         print(targets(medians, aioring_loops, GOALS, "Further goals (for information):"))

@@ -1,0 +1,47 @@
+# The compiled core (src/core.c; the seam is described in src/core.h).
+from collections.abc import Callable
+from typing import Any
+
+WAITING: int
+SUBMITTED: int
+DONE: int
+
+class Op:
+    future: Any
+    prep: Any
+    args: tuple[Any, ...]
+    keep: Any
+    finish: Callable[[Op, int], Any] | None
+    waiter: Any
+    sink: Callable[[int], None] | None
+    key: int
+    state: int
+    res: int
+    poll_mask: int
+    polling: bool
+    readied: bool
+    unbounded: bool
+    cancelled: bool
+    def __init__(self, future: Any, prep: Any, args: tuple[Any, ...], keep: Any,
+                 finish: Callable[[Op, int], Any] | None, poll_mask: int) -> None: ...
+
+class Core:
+    ops: dict[int, Op]
+    unbounded: int
+    submit_calls: int
+    wakeups: int
+    completions: int
+    next_key: int
+    sq_pending: int
+    def __init__(self, owner: Any, address: int, ops: dict[int, Op], cancel_entry: Op,
+                 poll_prep: Any, release: Callable[[Any], None], os_error: Callable[[int], OSError],
+                 retry: Callable[[Op, int], int | None],
+                 strand: Callable[[int, int, Op | None, list[tuple[int, int]]], None],
+                 invalid_state: type[BaseException]) -> None: ...
+    def start(self, op: Op, tag: int = 0, /) -> int: ...
+    def cancel(self, key: int) -> bool: ...
+    def submit(self) -> int: ...
+    def reap(self, efd: int) -> int: ...
+    def complete_batch(self, pairs: list[tuple[int, int]]) -> None: ...
+    def harvest(self) -> list[tuple[int, int]]: ...
+    def detach(self) -> None: ...

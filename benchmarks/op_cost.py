@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Instructions per operation: what aioring's own code costs, counted by callgrind.
+
+Timings are disturbed by whatever else runs on the machine; instruction
+counts are not.  Each workload runs in one process on one event loop:
+
+* echo        1 KiB frames echoed over one loopback TCP connection, server
+              and client both aioring streams in the same loop (one op = one
+              round trip: a frame written, read, echoed and read back)
+* small_files ``async with aioring.open(p, "rb") as f: await f.read()`` of a
+              1 KiB file (one op = open, read, close)
+* pread4k     ``aioring.read(fd, 4096, offset)`` from a file in the page cache
+              (one op = one read)
+
+``--callgrind`` runs each workload twice under ``valgrind --tool=callgrind``,
+with --ops and with 2 x --ops operations, and prints the difference of the two
+instruction totals divided by --ops: the instructions of one operation in the
+steady state, start-up and warm-up cancelling out.  ``--annotate`` adds the C
+functions where the larger run spent its instructions (inclusive, top 25).
+Without ``--callgrind`` it runs a workload once and prints operations per
+second (a quick check that the script works).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / ".data"
+WORKLOADS = ("echo", "small_files", "pread4k")
+FRAME = 1024
+HDR = struct.Struct(">Q")
+
+
+async def echo(ops: int) -> None:
+    import aioring
+
+    async def handle(reader: aioring.StreamReader, writer: aioring.StreamWriter) -> None:
+        buf = bytearray(8 + FRAME)
+        view = memoryview(buf)
+        try:
+            while True:
+                try:
+                    await reader.readinto_exactly(view[:8])
+                except asyncio.IncompleteReadError:
+                    return
+                n = HDR.unpack_from(buf)[0]
+                await reader.readinto_exactly(view[8:8 + n])
+                writer.write(view[:8 + n])
+                await writer.drain()
+        finally:
+            writer.close()
+
+    server = await aioring.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await aioring.open_connection("127.0.0.1", port)
+    hdr, payload = HDR.pack(FRAME), os.urandom(FRAME)
+    rhdr, rbuf = bytearray(8), bytearray(FRAME)
+    for _ in range(ops):
+        writer.write(hdr)
+        writer.write(payload)
+        await writer.drain()
+        await reader.readinto_exactly(rhdr)
+        await reader.readinto_exactly(rbuf)
+    if rbuf != payload:
+        raise AssertionError("echo mismatch")
+    writer.close()
+    await writer.wait_closed()
+    server.close()
+    await server.wait_closed()
+
+
+def _data_file(name: str, size: int) -> str:
+    DATA.mkdir(exist_ok=True)
+    path = DATA / name
+    if not path.exists() or path.stat().st_size != size:
+        path.write_bytes(os.urandom(size))
+    with open(path, "rb") as f:
+        f.read()  # in the page cache
+    return str(path)
+
+
+async def small_files(ops: int) -> None:
+    import aioring
+
+    path = _data_file("op_cost_1k", 1024)
+    for _ in range(ops):
+        async with aioring.open(path, "rb") as f:
+            data = await f.read()
+        if len(data) != 1024:
+            raise AssertionError("short read")
+
+
+async def pread4k(ops: int) -> None:
+    import aioring
+
+    path = _data_file("op_cost_1m", 1 << 20)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for i in range(ops):
+            data = await aioring.read(fd, 4096, (i & 255) * 4096)
+            if len(data) != 4096:
+                raise AssertionError("short read")
+    finally:
+        os.close(fd)
+
+
+RUNS: dict[str, Callable[[int], Awaitable[None]]] = {"echo": echo, "small_files": small_files,
+                                                        "pread4k": pread4k}
+
+
+def run_once(workload: str, ops: int, loop: str) -> float:
+    # A warm-up of the same length as the callgrind step's unit, so that
+    # caches, free lists and the ring are in their steady state.
+    run = RUNS[workload]
+
+    async def main() -> float:
+        await run(min(ops, 200))
+        start = time.perf_counter()
+        await run(ops)
+        return time.perf_counter() - start
+
+    if loop == "uvloop":
+        import uvloop
+        return uvloop.run(main())
+    return asyncio.run(main())
+
+
+def callgrind(workload: str, ops: int, loop: str, annotate: bool) -> tuple[float, str]:
+    totals = []
+    out = ""
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (ops, 2 * ops):
+            outfile = os.path.join(tmp, f"cg.{n}")
+            cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={outfile}",
+                   sys.executable, __file__, workload, "--ops", str(n), "--loop", loop]
+            proc = subprocess.run(cmd, check=False, capture_output=True, text=True,
+                                  env=dict(os.environ, PYTHONHASHSEED="0"))
+            if proc.returncode != 0:
+                raise SystemExit(f"{workload}: callgrind run failed:\n{proc.stderr[-2000:]}")
+            m = re.search(r"Collected : (\d+)", proc.stderr)
+            if m is None:
+                raise SystemExit(f"{workload}: no instruction total in callgrind's output")
+            totals.append(int(m.group(1)))
+        if annotate:
+            ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", outfile],
+                                 check=False, capture_output=True, text=True)
+            out = "\n".join(ann.stdout.splitlines()[:60])
+    return (totals[1] - totals[0]) / ops, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workloads", nargs="*", metavar="workload",
+                        help=f"{', '.join(WORKLOADS)} (default: all)")
+    parser.add_argument("--ops", type=int, default=1000, help="operations per run (default 1000)")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    parser.add_argument("--callgrind", action="store_true", help="instructions per op under callgrind")
+    parser.add_argument("--annotate", action="store_true", help="with --callgrind: where they went")
+    args = parser.parse_args(argv)
+    for name in args.workloads:
+        if name not in WORKLOADS:
+            parser.error(f"no workload {name!r} (choose from {', '.join(WORKLOADS)})")
+    for workload in args.workloads or WORKLOADS:
+        if args.callgrind:
+            per_op, text = callgrind(workload, args.ops, args.loop, args.annotate)
+            print(f"{workload:12} {args.loop:8} {per_op:10.0f} instructions/op", flush=True)
+            if text:
+                print(text)
+        else:
+            elapsed = run_once(workload, args.ops, args.loop)
+            print(f"{workload:12} {args.loop:8} {args.ops / elapsed:10.0f} ops/s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

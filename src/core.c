@@ -1,0 +1,871 @@
+/* aioring._core: the in-flight table's Op and the ring's harvest and
+ * dispatch (see core.h for the seam and what each entry point owns). */
+#define PY_SSIZE_T_CLEAN
+#include "core.h"
+
+#include <errno.h>
+#include <unistd.h>
+#include <liburing.h>
+#include <structmember.h>
+
+#ifndef IORING_SQ_TASKRUN
+#define IORING_SQ_TASKRUN (1U << 2)
+#endif
+
+/* CQEs taken from the CQ per step, on the C stack of each harvest (a target
+   may start operations whose own submit harvests again: each call has its
+   own batch). */
+#define AIOR_BATCH 64
+
+static PyObject *str_done, *str_set_result, *str_set_exception;
+
+/* ------------------------------------------------------------------ Op */
+
+static PyObject *
+op_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *future, *prep, *opargs, *keep, *finish;
+    int poll_mask;
+    static char *kwlist[] = {"future", "prep", "args", "keep", "finish", "poll_mask", NULL};
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOi:Op", kwlist, &future, &prep,
+                                     &opargs, &keep, &finish, &poll_mask))
+        return NULL;
+    AiorOp *op = (AiorOp *)type->tp_alloc(type, 0);
+    if (op == NULL)
+        return NULL;
+    op->future = Py_NewRef(future);
+    op->prep = Py_NewRef(prep);
+    op->args = Py_NewRef(opargs);
+    op->keep = Py_NewRef(keep);
+    op->finish = Py_NewRef(finish);
+    op->waiter = Py_NewRef(Py_None);
+    op->sink = Py_NewRef(Py_None);
+    op->poll_mask = poll_mask;
+    return (PyObject *)op;
+}
+
+static int
+op_traverse(AiorOp *op, visitproc visit, void *arg)
+{
+    Py_VISIT(op->future);
+    Py_VISIT(op->prep);
+    Py_VISIT(op->args);
+    Py_VISIT(op->keep);
+    Py_VISIT(op->finish);
+    Py_VISIT(op->waiter);
+    Py_VISIT(op->sink);
+    return 0;
+}
+
+static int
+op_clear(AiorOp *op)
+{
+    Py_CLEAR(op->future);
+    Py_CLEAR(op->prep);
+    Py_CLEAR(op->args);
+    Py_CLEAR(op->keep);
+    Py_CLEAR(op->finish);
+    Py_CLEAR(op->waiter);
+    Py_CLEAR(op->sink);
+    return 0;
+}
+
+static void
+op_dealloc(AiorOp *op)
+{
+    PyObject_GC_UnTrack(op);
+    op_clear(op);
+    Py_TYPE(op)->tp_free((PyObject *)op);
+}
+
+#define OP_OBJ(name) {#name, T_OBJECT, offsetof(AiorOp, name), 0, NULL}
+static PyMemberDef op_members[] = {
+    OP_OBJ(future), OP_OBJ(prep), OP_OBJ(args), OP_OBJ(keep), OP_OBJ(finish),
+    OP_OBJ(waiter), OP_OBJ(sink),
+    {"key", T_ULONGLONG, offsetof(AiorOp, key), 0, NULL},
+    {"state", T_INT, offsetof(AiorOp, state), 0, NULL},
+    {"res", T_INT, offsetof(AiorOp, res), 0, NULL},
+    {"poll_mask", T_INT, offsetof(AiorOp, poll_mask), 0, NULL},
+    {"polling", T_BOOL, offsetof(AiorOp, polling), 0, NULL},
+    {"readied", T_BOOL, offsetof(AiorOp, readied), 0, NULL},
+    {"unbounded", T_BOOL, offsetof(AiorOp, unbounded), 0, NULL},
+    {"cancelled", T_BOOL, offsetof(AiorOp, cancelled), 0, NULL},
+    {NULL},
+};
+
+static PyTypeObject AiorOp_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aioring._core.Op",
+    .tp_doc = "Op(future, prep, args, keep, finish, poll_mask): one request, "
+              "the entry of a ring's in-flight table (see core.h).",
+    .tp_basicsize = sizeof(AiorOp),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = op_new,
+    .tp_traverse = (traverseproc)op_traverse,
+    .tp_clear = (inquiry)op_clear,
+    .tp_dealloc = (destructor)op_dealloc,
+    .tp_members = op_members,
+};
+
+/* Replace a field with a new reference (the old one dropped last, as its
+   destructor may run code that reads the op). */
+static void
+set_field(PyObject **field, PyObject *value)
+{
+    PyObject *old = *field;
+    *field = Py_NewRef(value);
+    Py_XDECREF(old);
+}
+
+/* ---------------------------------------------------------------- Core */
+
+static int
+core_init(AiorCore *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *owner, *ops, *cancel_entry, *poll_prep, *release, *os_error, *retry, *strand;
+    PyObject *invalid;
+    unsigned long long address;
+    static char *kwlist[] = {"owner", "address", "ops", "cancel_entry", "poll_prep", "release",
+                             "os_error", "retry", "strand", "invalid_state", NULL};
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OKO!OOOOOOO:Core", kwlist, &owner, &address,
+                                     &PyDict_Type, &ops, &cancel_entry, &poll_prep, &release,
+                                     &os_error, &retry, &strand, &invalid))
+        return -1;
+    self->ring = (struct io_uring *)(uintptr_t)address;
+    set_field(&self->owner, owner);
+    set_field(&self->ops, ops);
+    set_field(&self->cancel_entry, cancel_entry);
+    set_field(&self->poll_prep, poll_prep);
+    set_field(&self->release, release);
+    set_field(&self->os_error, os_error);
+    set_field(&self->retry, retry);
+    set_field(&self->strand, strand);
+    set_field(&self->invalid_state, invalid);
+    self->next_key = 1;
+    return 0;
+}
+
+static int
+core_traverse(AiorCore *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->owner);
+    Py_VISIT(self->ops);
+    Py_VISIT(self->cancel_entry);
+    Py_VISIT(self->poll_prep);
+    Py_VISIT(self->release);
+    Py_VISIT(self->os_error);
+    Py_VISIT(self->retry);
+    Py_VISIT(self->strand);
+    Py_VISIT(self->invalid_state);
+    return 0;
+}
+
+static int
+core_clear(AiorCore *self)
+{
+    Py_CLEAR(self->owner);
+    Py_CLEAR(self->ops);
+    Py_CLEAR(self->cancel_entry);
+    Py_CLEAR(self->poll_prep);
+    Py_CLEAR(self->release);
+    Py_CLEAR(self->os_error);
+    Py_CLEAR(self->retry);
+    Py_CLEAR(self->strand);
+    Py_CLEAR(self->invalid_state);
+    return 0;
+}
+
+static void
+core_dealloc(AiorCore *self)
+{
+    PyObject_GC_UnTrack(self);
+    core_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* ------------------------------------------------------------ harvest */
+
+static unsigned
+harvest(struct io_uring *ring, uint64_t *ud, int32_t *res, unsigned max)
+{
+    struct io_uring_cqe *cqe;
+    unsigned head, n = 0;
+
+    io_uring_for_each_cqe(ring, head, cqe) {
+        if (n == max)
+            break;
+        ud[n] = cqe->user_data;
+        res[n] = cqe->res;
+        n++;
+    }
+    io_uring_cq_advance(ring, n);
+    return n;
+}
+
+/* Completions the kernel holds back (overflow list, deferred task work)
+   appear only after an enter with GETEVENTS. */
+static int
+needs_enter(struct io_uring *ring)
+{
+    return IO_URING_READ_ONCE(*ring->sq.kflags) & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN);
+}
+
+/* Up to max CQEs, with what needs an enter to appear. */
+static unsigned
+harvest_all(struct io_uring *ring, uint64_t *ud, int32_t *res, unsigned max)
+{
+    unsigned n = harvest(ring, ud, res, max);
+
+    if (n < max && needs_enter(ring)) {
+        io_uring_get_events(ring);
+        n += harvest(ring, ud + n, res + n, max - n);
+    }
+    return n;
+}
+
+/* --------------------------------------------------------- dispatching */
+
+/* Let go of what the kernel touched for `op`: the export is released now,
+   not when the last reference goes (a traceback can hold the caller's frame
+   for long), so that a bytearray can be resized again at once. */
+static int
+release_keep(AiorCore *self, AiorOp *op)
+{
+    PyObject *keep = op->keep;
+
+    if (keep == Py_None)
+        return 0;
+    op->keep = Py_NewRef(Py_None);
+    if (!PyTuple_CheckExact(keep)) {
+        PyObject *r = PyObject_CallOneArg(self->release, keep);
+        if (r == NULL) {
+            Py_DECREF(keep);
+            return -1;
+        }
+        Py_DECREF(r);
+    }
+    Py_DECREF(keep);
+    return 0;
+}
+
+static PyObject *
+call_method1(PyObject *obj, PyObject *name, PyObject *arg)
+{
+    PyObject *args[2] = {obj, arg};
+    return PyObject_VectorcallMethod(name, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* 1 if the future is done, 0 if not, -1 on error. */
+static int
+future_done(PyObject *fut)
+{
+    PyObject *args[1] = {fut};
+    PyObject *r = PyObject_VectorcallMethod(str_done, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (r == NULL)
+        return -1;
+    int done = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return done;
+}
+
+static int
+set_exception_of(AiorCore *self, PyObject *fut, int res)
+{
+    PyObject *exc = PyObject_CallFunction(self->os_error, "i", res);
+    if (exc == NULL)
+        return -1;
+    PyObject *r = call_method1(fut, str_set_exception, exc);
+    Py_DECREF(exc);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* Hand the result of op's CQE to its target.  op was taken from the table.
+   -1 with an exception set when one escaped (see strand). */
+static int
+finish_op(AiorCore *self, AiorOp *op, int res)
+{
+    PyObject *r;
+
+    if (res < 0 || op->polling) {
+        /* A poll's result, a retry of -EAGAIN, an ECANCELED nobody asked
+           for, an error: the policy layer's call. */
+        PyObject *args[2] = {(PyObject *)op, NULL};
+        PyObject *num = PyLong_FromLong(res);
+        if (num == NULL)
+            return -1;
+        args[1] = num;
+        r = PyObject_Vectorcall(self->retry, args, 2, NULL);
+        Py_DECREF(num);
+        if (r == NULL)
+            return -1;
+        if (r == Py_None) {
+            Py_DECREF(r);
+            return 0; /* requeued */
+        }
+        res = PyLong_AsLong(r);
+        Py_DECREF(r);
+        if (res == -1 && PyErr_Occurred())
+            return -1;
+    }
+    op->state = AIOR_DONE;
+    op->res = res;
+    if (op->sink != Py_None) {
+        PyObject *num = PyLong_FromLong(res);
+        if (num == NULL)
+            return -1;
+        PyObject *sink = Py_NewRef(op->sink);
+        r = PyObject_CallOneArg(sink, num); /* which may start op again */
+        Py_DECREF(sink);
+        Py_DECREF(num);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    if (op->future == Py_None)
+        return 0; /* completed inside the submit call: start()'s caller finishes it */
+    PyObject *fut = Py_NewRef(op->future);
+    int ret = -1;
+    if (op->waiter != Py_None) {
+        /* The caller was cancelled and waits for this CQE (Ring.settle). */
+        PyObject *waiter = Py_NewRef(op->waiter);
+        int done = future_done(waiter);
+        if (done == 0) {
+            r = call_method1(waiter, str_set_result, Py_None);
+            if (r != NULL) {
+                Py_DECREF(r);
+                ret = 0;
+            }
+        } else {
+            ret = done < 0 ? -1 : 0;
+        }
+        Py_DECREF(waiter);
+        Py_DECREF(fut);
+        return ret;
+    }
+    if (res >= 0 && op->finish == Py_None) {
+        PyObject *num = PyLong_FromLong(res);
+        if (num == NULL)
+            goto out;
+        r = call_method1(fut, str_set_result, num);
+        Py_DECREF(num);
+        if (r == NULL) {
+            if (PyErr_ExceptionMatches(self->invalid_state)) {
+                PyErr_Clear();
+                ret = 0; /* cancelled: the caller's settle() finishes it */
+            }
+            goto out;
+        }
+        Py_DECREF(r);
+    } else {
+        int done = future_done(fut);
+        if (done < 0)
+            goto out;
+        if (done) {
+            ret = 0; /* cancelled: the caller's settle() finishes it */
+            goto out;
+        }
+        if (res < 0 || op->finish == Py_None) {
+            if (set_exception_of(self, fut, res) < 0)
+                goto out;
+        } else {
+            PyObject *finish = Py_NewRef(op->finish);
+            PyObject *args[2] = {(PyObject *)op, NULL};
+            PyObject *num = PyLong_FromLong(res);
+            if (num == NULL) {
+                Py_DECREF(finish);
+                goto out;
+            }
+            args[1] = num;
+            PyObject *result = PyObject_Vectorcall(finish, args, 2, NULL);
+            Py_DECREF(num);
+            Py_DECREF(finish);
+            if (result == NULL) {
+                /* The op's error goes to its caller; a KeyboardInterrupt is
+                   the loop's, not the op's. */
+                if (!PyErr_ExceptionMatches(PyExc_Exception))
+                    goto out;
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                PyErr_NormalizeException(&type, &value, &tb);
+                if (tb != NULL)
+                    PyException_SetTraceback(value, tb);
+                r = call_method1(fut, str_set_exception, value);
+                Py_XDECREF(type);
+                Py_XDECREF(value);
+                Py_XDECREF(tb);
+            } else {
+                r = call_method1(fut, str_set_result, result);
+                Py_DECREF(result);
+            }
+            if (r == NULL)
+                goto out;
+            Py_DECREF(r);
+        }
+    }
+    ret = release_keep(self, op);
+out:
+    Py_DECREF(fut);
+    return ret;
+}
+
+/* Hand an exception's leftovers to the policy layer: the CQE being
+   dispatched (and its op, if it was taken from the table) and those after
+   it, ud/res[from..n), plus whatever the CQ still holds (nothing would
+   signal those again).  The exception stays set. */
+static void
+strand(AiorCore *self, uint64_t key, int res, AiorOp *op,
+       const uint64_t *ud, const int32_t *rs, unsigned from, unsigned n)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *rest = PyList_New(0);
+    uint64_t more_ud[AIOR_BATCH];
+    int32_t more_res[AIOR_BATCH];
+
+    for (;;) {
+        for (unsigned i = from; rest != NULL && i < n; i++) {
+            PyObject *pair = Py_BuildValue("(Ki)", (unsigned long long)ud[i], (int)rs[i]);
+            if (pair == NULL || PyList_Append(rest, pair) < 0)
+                Py_CLEAR(rest);
+            Py_XDECREF(pair);
+        }
+        if (rest == NULL || self->ring == NULL)
+            break;
+        n = harvest_all(self->ring, more_ud, more_res, AIOR_BATCH);
+        if (n == 0)
+            break;
+        ud = more_ud;
+        rs = more_res;
+        from = 0;
+    }
+    if (rest != NULL) {
+        PyObject *r = PyObject_CallFunction(self->strand, "KiOO", (unsigned long long)key, res,
+                                            op == NULL ? Py_None : (PyObject *)op, rest);
+        Py_XDECREF(r);
+        Py_DECREF(rest);
+    }
+    PyErr_Clear(); /* (an error of strand itself: the first one is what is raised) */
+    PyErr_Restore(type, value, tb);
+}
+
+/* Dispatch n CQEs.  -1 with the exception set (and the rest stranded). */
+static int
+dispatch(AiorCore *self, const uint64_t *ud, const int32_t *res, unsigned n)
+{
+    self->completions += n;
+    for (unsigned i = 0; i < n; i++) {
+        PyObject *key = PyLong_FromUnsignedLongLong(ud[i]);
+        if (key == NULL) {
+            strand(self, ud[i], res[i], NULL, ud, res, i, n);
+            return -1;
+        }
+        PyObject *entry = PyDict_GetItemWithError(self->ops, key);
+        if (entry == NULL) {
+            Py_DECREF(key);
+            if (PyErr_Occurred()) {
+                strand(self, ud[i], res[i], NULL, ud, res, i, n);
+                return -1;
+            }
+            continue; /* (an ASYNC_CANCEL's target that is already done) */
+        }
+        Py_INCREF(entry);
+        if (PyDict_DelItem(self->ops, key) < 0) {
+            Py_DECREF(key);
+            Py_DECREF(entry);
+            strand(self, ud[i], res[i], NULL, ud, res, i, n);
+            return -1;
+        }
+        Py_DECREF(key);
+        if (entry == self->cancel_entry || !PyObject_TypeCheck(entry, &AiorOp_Type)) {
+            Py_DECREF(entry);
+            continue;
+        }
+        AiorOp *op = (AiorOp *)entry;
+        self->unbounded -= op->unbounded;
+        if (finish_op(self, op, res[i]) < 0) {
+            strand(self, ud[i], res[i], op, ud, res, i + 1, n);
+            Py_DECREF(entry);
+            return -1;
+        }
+        Py_DECREF(entry);
+    }
+    return 0;
+}
+
+/* Harvest and dispatch until the CQ is empty. */
+static int
+dispatch_ready(AiorCore *self)
+{
+    uint64_t ud[AIOR_BATCH];
+    int32_t res[AIOR_BATCH];
+    unsigned n;
+
+    do {
+        n = harvest_all(self->ring, ud, res, AIOR_BATCH);
+        if (dispatch(self, ud, res, n) < 0)
+            return -1;
+    } while (n == AIOR_BATCH);
+    return 0;
+}
+
+static int
+check_ring(AiorCore *self)
+{
+    if (self->ring == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "this io_uring is closed");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+core_submit(AiorCore *self, PyObject *unused)
+{
+    uint64_t ud[AIOR_BATCH];
+    int32_t res[AIOR_BATCH];
+    struct io_uring *ring = self->ring;
+    unsigned n;
+    int submitted;
+
+    if (check_ring(self) < 0)
+        return NULL;
+    /* Cached reads complete inside the submit call: their CQEs are taken
+       here without a wakeup.  Notification is off while we submit, and the
+       CQ is read again after it is back on, so that a CQE posted in between
+       is never stranded. */
+    io_uring_cq_eventfd_toggle(ring, false);
+    submitted = io_uring_submit(ring);
+    n = harvest(ring, ud, res, AIOR_BATCH);
+    io_uring_cq_eventfd_toggle(ring, true);
+    /* The kernel publishes a CQE, then reads the flag; we publish the flag,
+       then read the CQ tail.  Without a full fence both may read the old
+       value, and a CQE would be neither harvested nor signalled. */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (n < AIOR_BATCH)
+        n += harvest_all(ring, ud + n, res + n, AIOR_BATCH - n);
+    self->submit_calls++;
+    if (dispatch(self, ud, res, n) < 0)
+        return NULL;
+    if (n == AIOR_BATCH && dispatch_ready(self) < 0)
+        return NULL;
+    return PyLong_FromLong(submitted);
+}
+
+static PyObject *
+core_reap(AiorCore *self, PyObject *arg)
+{
+    long efd = PyLong_AsLong(arg);
+    uint64_t value;
+
+    if (efd == -1 && PyErr_Occurred())
+        return NULL;
+    if (check_ring(self) < 0)
+        return NULL;
+    self->wakeups++;
+    /* The eventfd is level-triggered: drained before the harvest, so that a
+       CQE posted after the harvest signals it afresh. */
+    if (read((int)efd, &value, sizeof(value)) < 0 && errno != EAGAIN)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    long long before = self->completions;
+    if (dispatch_ready(self) < 0)
+        return NULL;
+    return PyLong_FromLongLong(self->completions - before);
+}
+
+static PyObject *
+core_complete_batch(AiorCore *self, PyObject *pairs)
+{
+    uint64_t ud[AIOR_BATCH];
+    int32_t res[AIOR_BATCH];
+
+    if (!PyList_Check(pairs)) {
+        PyErr_SetString(PyExc_TypeError, "complete_batch() takes a list of (key, res)");
+        return NULL;
+    }
+    PyObject *batch = PySequence_List(pairs); /* (a target may change the caller's list) */
+    if (batch == NULL)
+        return NULL;
+    Py_ssize_t total = PyList_GET_SIZE(batch);
+    for (Py_ssize_t at = 0; at < total; at += AIOR_BATCH) {
+        unsigned n = (unsigned)(total - at < AIOR_BATCH ? total - at : AIOR_BATCH);
+        for (unsigned i = 0; i < n; i++) {
+            unsigned long long key;
+            if (!PyArg_ParseTuple(PyList_GET_ITEM(batch, at + i), "Ki", &key, &res[i]))
+                goto error;
+            ud[i] = key;
+        }
+        if (dispatch(self, ud, res, n) < 0) {
+            /* (dispatch stranded this batch's rest; the later ones go too) */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyObject *later = PyList_GetSlice(batch, at + n, total);
+            if (later != NULL && PyList_GET_SIZE(later)) {
+                PyObject *r = PyObject_CallFunction(self->strand, "KiOO", 0ULL, 0, Py_None, later);
+                Py_XDECREF(r);
+            }
+            Py_XDECREF(later);
+            PyErr_Clear();
+            PyErr_Restore(type, value, tb);
+            goto error;
+        }
+    }
+    Py_DECREF(batch);
+    Py_RETURN_NONE;
+error:
+    Py_DECREF(batch);
+    return NULL;
+}
+
+/* ---------------------------------------------------------- submitting */
+
+/* Prepare op's SQE under `key` with the binding's prep function:
+   op.prep(ring, *op.args, key), or, for the poll that retries an -EAGAIN,
+   poll_prep(ring, fd, op.poll_mask, key) with the fd of op.args[1].  0,
+   -EBUSY (the SQ is full), or -1 with an exception set. */
+static int
+prep_sqe(AiorCore *self, AiorOp *op, PyObject *key)
+{
+    PyObject *stack[16];
+    PyObject *prep, *mask = NULL;
+    Py_ssize_t nargs = PyTuple_GET_SIZE(op->args);
+
+    stack[0] = self->owner;
+    if (op->polling) {
+        if (nargs < 2) {
+            PyErr_SetString(PyExc_TypeError, "a polled op's args[1] is its fd");
+            return -1;
+        }
+        mask = PyLong_FromLong(op->poll_mask);
+        if (mask == NULL)
+            return -1;
+        stack[1] = PyTuple_GET_ITEM(op->args, 1);
+        stack[2] = mask;
+        nargs = 2;
+        prep = Py_NewRef(self->poll_prep);
+    } else {
+        if (nargs > 14) {
+            PyErr_SetString(PyExc_TypeError, "an op has at most 14 arguments");
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < nargs; i++)
+            stack[i + 1] = PyTuple_GET_ITEM(op->args, i);
+        prep = Py_NewRef(op->prep);
+    }
+    stack[nargs + 1] = key;
+    PyObject *r = PyObject_Vectorcall(prep, stack, nargs + 2, NULL);
+    Py_DECREF(prep);
+    Py_XDECREF(mask);
+    if (r == NULL)
+        return -1;
+    long ret = PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (ret == -1 && PyErr_Occurred())
+        return -1;
+    return ret == -EBUSY ? -EBUSY : 0;
+}
+
+static PyObject *
+core_start(AiorCore *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    unsigned long long tag = 0;
+
+    if (nargs < 1 || nargs > 2 || !PyObject_TypeCheck(args[0], &AiorOp_Type)) {
+        PyErr_SetString(PyExc_TypeError, "start() takes an Op and, optionally, tag bits");
+        return NULL;
+    }
+    if (nargs == 2) {
+        tag = PyLong_AsUnsignedLongLong(args[1]);
+        if (tag == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
+    }
+    PyObject *arg = args[0];
+    AiorOp *op = (AiorOp *)arg;
+    if (check_ring(self) < 0)
+        return NULL;
+    if (!PyTuple_CheckExact(op->args)) {
+        PyErr_SetString(PyExc_TypeError, "Op.args must be a tuple");
+        return NULL;
+    }
+    unsigned long long k = self->next_key++ | tag;
+    PyObject *key = PyLong_FromUnsignedLongLong(k);
+    if (key == NULL)
+        return NULL;
+    int ret = prep_sqe(self, op, key);
+    if (ret == -EBUSY) {
+        /* The SQ is full: hand what it holds to the kernel, prepare again. */
+        io_uring_submit(self->ring);
+        self->submit_calls++;
+        ret = prep_sqe(self, op, key);
+    }
+    if (ret < 0) {
+        Py_DECREF(key);
+        return ret == -EBUSY ? PyLong_FromLong(0) : NULL;
+    }
+    if (PyDict_SetItem(self->ops, key, arg) < 0) {
+        /* (the SQE is in the SQ: a CQE for a key not in the table is dropped) */
+        Py_DECREF(key);
+        return NULL;
+    }
+    op->key = k;
+    op->state = AIOR_SUBMITTED;
+    self->unbounded += op->unbounded;
+    return key;
+}
+
+static PyObject *
+core_cancel(AiorCore *self, PyObject *arg)
+{
+    unsigned long long target = PyLong_AsUnsignedLongLong(arg);
+    struct io_uring_sqe *sqe;
+
+    if (target == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (check_ring(self) < 0)
+        return NULL;
+    sqe = io_uring_get_sqe(self->ring);
+    if (sqe == NULL) {
+        io_uring_submit(self->ring);
+        self->submit_calls++;
+        sqe = io_uring_get_sqe(self->ring);
+        if (sqe == NULL)
+            Py_RETURN_FALSE;
+    }
+    unsigned long long k = self->next_key++;
+    io_uring_prep_cancel64(sqe, target, 0);
+    sqe->user_data = k;
+    PyObject *key = PyLong_FromUnsignedLongLong(k);
+    if (key == NULL || PyDict_SetItem(self->ops, key, self->cancel_entry) < 0) {
+        Py_XDECREF(key);
+        return NULL;
+    }
+    Py_DECREF(key);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+core_sq_pending(AiorCore *self, void *unused)
+{
+    return PyLong_FromUnsignedLong(self->ring == NULL ? 0 : io_uring_sq_ready(self->ring));
+}
+
+static PyObject *
+core_harvest(AiorCore *self, PyObject *unused)
+{
+    uint64_t ud[AIOR_BATCH];
+    int32_t res[AIOR_BATCH];
+    unsigned n;
+
+    if (check_ring(self) < 0)
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    do {
+        n = harvest_all(self->ring, ud, res, AIOR_BATCH);
+        for (unsigned i = 0; i < n; i++) {
+            PyObject *pair = Py_BuildValue("(Ki)", (unsigned long long)ud[i], (int)res[i]);
+            if (pair == NULL || PyList_Append(out, pair) < 0) {
+                Py_XDECREF(pair);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(pair);
+        }
+    } while (n == AIOR_BATCH);
+    return out;
+}
+
+static PyObject *
+core_detach(AiorCore *self, PyObject *unused)
+{
+    self->ring = NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef core_methods[] = {
+    {"submit", (PyCFunction)core_submit, METH_NOARGS,
+     "submit() -> int: submit the SQ, harvest and dispatch (see core.h)."},
+    {"reap", (PyCFunction)core_reap, METH_O,
+     "reap(efd) -> int: drain the eventfd, harvest and dispatch (see core.h)."},
+    {"complete_batch", (PyCFunction)core_complete_batch, METH_O,
+     "complete_batch(pairs): dispatch (key, res) results made elsewhere."},
+    {"start", (PyCFunction)(void (*)(void))core_start, METH_FASTCALL,
+     "start(op, tag=0) -> key: prepare op's SQE and put op in the table (see core.h)."},
+    {"cancel", (PyCFunction)core_cancel, METH_O,
+     "cancel(key) -> bool: prepare an ASYNC_CANCEL of the request `key`."},
+    {"harvest", (PyCFunction)core_harvest, METH_NOARGS,
+     "harvest() -> list of (key, res): ready CQEs, not dispatched."},
+    {"detach", (PyCFunction)core_detach, METH_NOARGS,
+     "detach(): never touch the ring again."},
+    {NULL},
+};
+
+static PyMemberDef core_members[] = {
+    {"ops", T_OBJECT, offsetof(AiorCore, ops), READONLY, NULL},
+    {"unbounded", T_PYSSIZET, offsetof(AiorCore, unbounded), 0, NULL},
+    {"submit_calls", T_LONGLONG, offsetof(AiorCore, submit_calls), 0, NULL},
+    {"wakeups", T_LONGLONG, offsetof(AiorCore, wakeups), 0, NULL},
+    {"completions", T_LONGLONG, offsetof(AiorCore, completions), 0, NULL},
+    {"next_key", T_ULONGLONG, offsetof(AiorCore, next_key), 0, NULL},
+    {NULL},
+};
+
+static PyGetSetDef core_getset[] = {
+    {"sq_pending", (getter)core_sq_pending, NULL, "SQEs prepared and not yet submitted.", NULL},
+    {NULL},
+};
+
+static PyTypeObject AiorCore_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aioring._core.Core",
+    .tp_doc = "One ring's in-flight table, harvest and dispatch (see core.h).",
+    .tp_basicsize = sizeof(AiorCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)core_init,
+    .tp_traverse = (traverseproc)core_traverse,
+    .tp_clear = (inquiry)core_clear,
+    .tp_dealloc = (destructor)core_dealloc,
+    .tp_methods = core_methods,
+    .tp_members = core_members,
+    .tp_getset = core_getset,
+};
+
+/* -------------------------------------------------------------- module */
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "aioring._core",
+    .m_doc = "The per-operation mechanism of aioring's rings (see src/core.h).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC
+PyInit__core(void)
+{
+    if (PyType_Ready(&AiorOp_Type) < 0 || PyType_Ready(&AiorCore_Type) < 0)
+        return NULL;
+    str_done = PyUnicode_InternFromString("done");
+    str_set_result = PyUnicode_InternFromString("set_result");
+    str_set_exception = PyUnicode_InternFromString("set_exception");
+    if (str_done == NULL || str_set_result == NULL || str_set_exception == NULL)
+        return NULL;
+    PyObject *m = PyModule_Create(&core_module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Op", (PyObject *)&AiorOp_Type) < 0 ||
+        PyModule_AddObjectRef(m, "Core", (PyObject *)&AiorCore_Type) < 0 ||
+        PyModule_AddIntConstant(m, "WAITING", AIOR_WAITING) < 0 ||
+        PyModule_AddIntConstant(m, "SUBMITTED", AIOR_SUBMITTED) < 0 ||
+        PyModule_AddIntConstant(m, "DONE", AIOR_DONE) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

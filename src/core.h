@@ -1,0 +1,144 @@
+/* aioring._core: the per-operation mechanism of an io_uring ring, in C.
+ *
+ * The seam between the three layers:
+ *
+ *   binding (aioring._liburing, cffi)  makes the ring, probes it, owns the
+ *       struct io_uring and its mappings, prepares SQEs (aior_prep_*), and
+ *       keeps the cold-path C helpers.
+ *   core (this module)                 owns the in-flight table and what it
+ *       holds, harvests CQEs and dispatches each to its completion target.
+ *   policy (aioring._ring, Python)     decides when to submit, holds ops
+ *       back (backpressure), redelivers cancellations, survives fork, and
+ *       serves every public API.
+ *
+ * Two types cross the seam.
+ *
+ * Op: one request, the entry of the in-flight table.  Its fields are read
+ * and written by the policy layer as plain attributes (future, prep, args,
+ * keep, finish, waiter, sink, key, state, res, poll_mask, polling, readied,
+ * unbounded, cancelled) and by the core as C fields.  `keep` is everything
+ * the kernel may read or write for the request (a cffi export of the
+ * caller's buffer, or a tuple of objects): the entry holds it until the
+ * request's CQE arrived, and the core releases an export (not a tuple) as
+ * soon as the request's target has its result.
+ *
+ * A completion target is where a CQE's result goes.  Two kinds exist:
+ *   - a sink: any callable taking the result (an int, negative for -errno);
+ *     a stream's receive (which re-arms itself) and its send queue are
+ *     sinks.  Set as op.sink; called once per CQE.
+ *   - a future: any object with done(), set_result(x) and set_exception(e)
+ *     (asyncio.Future is one; nothing here assumes asyncio).  Set as
+ *     op.future; it gets finish(op, res), or res when finish is None, or the
+ *     OSError of a negative res.  When the caller was cancelled and waits
+ *     for the CQE (op.waiter, a future too), the waiter gets None instead and
+ *     the caller finishes the op itself.
+ *
+ * Core: one ring's table and harvest.  Every entry point below says what it
+ * takes, what it owns and what it returns.
+ */
+#ifndef AIORING_CORE_H
+#define AIORING_CORE_H
+
+#include <Python.h>
+#include <stdint.h>
+
+/* Op.state */
+enum aior_state {
+    AIOR_WAITING = 0,   /* held back by backpressure: no SQE, not in the table */
+    AIOR_SUBMITTED = 1, /* in the SQ or the kernel: in the in-flight table */
+    AIOR_DONE = 2,      /* its CQE arrived (or it was dropped before submission) */
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *future;  /* a future target, or None */
+    PyObject *prep;    /* the binding's aior_prep_* for its SQE */
+    PyObject *args;    /* prep's arguments between the ring and the key */
+    PyObject *keep;    /* what the kernel may touch; None once released */
+    PyObject *finish;  /* (op, res >= 0) -> result, or None: the result is res */
+    PyObject *waiter;  /* set once the awaiting caller was cancelled */
+    PyObject *sink;    /* a sink target, or None */
+    unsigned long long key; /* its user_data while in the table; never reused */
+    int state;         /* enum aior_state */
+    int res;           /* the CQE's result once DONE */
+    int poll_mask;     /* for -EAGAIN on a non-blocking fd: poll, then retry */
+    char polling;      /* its SQE is (or was last) the poll of that retry */
+    char readied;      /* (threads backend) it waited for readiness */
+    char unbounded;    /* may wait for a peer indefinitely: no backpressure */
+    char cancelled;    /* its cancellation was asked for */
+} AiorOp;
+
+struct io_uring;
+
+typedef struct {
+    PyObject_HEAD
+    struct io_uring *ring; /* borrowed from `owner`; NULL: no ring (threads
+                              backend) or detached (closed, forked) */
+    PyObject *owner;       /* the binding's struct io_uring cdata: kept alive */
+    PyObject *ops;         /* the in-flight table: dict key -> Op */
+    PyObject *cancel_entry;/* the table entry of every ASYNC_CANCEL: skipped */
+    PyObject *poll_prep;   /* the binding's prep of a one-shot poll */
+    PyObject *release;     /* ffi.release: lets go of an export */
+    PyObject *os_error;    /* res -> the OSError of a negative result */
+    PyObject *retry;       /* policy for a CQE the core does not finish itself
+                              (see Core.complete_batch) */
+    PyObject *strand;      /* policy for CQEs an exception left unhandled */
+    PyObject *invalid_state; /* asyncio.InvalidStateError (set_result on a
+                                cancelled future) */
+    Py_ssize_t unbounded;  /* unbounded ops in the table */
+    unsigned long long next_key; /* keys are never reused */
+    long long submit_calls, wakeups, completions;
+} AiorCore;
+
+/* Entry points of Core (methods; Python names in brackets):
+ *
+ * [Core(owner, address, ops, cancel_entry, poll_prep, release, os_error,
+ *  retry, strand, invalid_state)]  address: the struct io_uring the binding made (0 for
+ *  none), as an int; owner keeps it alive.  ops: the table (a dict the core
+ *  fills and empties; policy reads it and, on cold paths, edits it).
+ *  retry(op, res) -> None when policy took the CQE over (it requeued the op
+ *  to poll or resubmit it), else the result to finish the op with.  Called
+ *  for every negative result and every poll's result.
+ *  strand(key, res, op, rest): an exception escaped while the CQE (key, res)
+ *  was dispatched to `op` (None if none); `rest` is the list of (key, res)
+ *  of every CQE harvested but not dispatched; policy keeps them for later.
+ *
+ * [start(op, tag=0) -> int]  Prepare op's SQE with the binding's prep function,
+ *  op.prep(ring, *op.args, key), or poll_prep(ring, op.args[1],
+ *  op.poll_mask, key) when op.polling (the poll that retries an -EAGAIN
+ *  on a non-blocking fd), under a new key (with the bits of `tag` set:
+ *  policy marks the ops whose callers await them, to find them among the
+ *  unsubmitted SQEs) (submitting the SQ first if
+ *  it is full), and put op in the table: state SUBMITTED, op.key set, counted
+ *  if unbounded.  The table holds op, and through it op.keep, until the CQE.
+ *  Returns the key, or 0 when the SQ stays full (nothing changed).  Raises
+ *  what prep raises, before anything is queued.
+ *
+ * [cancel(key) -> bool]  Prepare an ASYNC_CANCEL of the request `key`, its
+ *  own entry in the table being cancel_entry.  False when the SQ stays full.
+ *
+ * [next_key]  The next key start() or cancel() gives; policy takes keys
+ *  from it too (emulated requests, the threads backend).
+ *
+ * [sq_pending]  SQEs prepared and not submitted yet.
+ *
+ * [submit() -> int]  Submit what the SQ holds, with the eventfd's
+ *  notification off, harvest what completed meanwhile and dispatch it, then
+ *  anything else ready.  Returns io_uring_submit's result (count or -errno);
+ *  raises what a target raised, after handing the undispatched CQEs to
+ *  strand.
+ *
+ * [reap(efd) -> int]  The eventfd's reader: drain efd, then harvest and
+ *  dispatch every ready CQE.  Returns their number; OSError if efd fails.
+ *
+ * [complete_batch(pairs) -> None]  Dispatch CQEs given as a list of
+ *  (key, res): results made elsewhere (worker threads, stranded CQEs).
+ *
+ * [harvest() -> list]  Closing: every ready CQE as (key, res), taken from
+ *  the CQ without dispatching it.
+ *
+ * [detach() -> None]  The ring is about to be unmapped (closed, or a forked
+ *  child's copy): the core never touches it again.
+ */
+
+#endif
