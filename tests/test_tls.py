@@ -512,3 +512,31 @@ async def test_read_only_buffers_refused_before_reading(certs: Certs) -> None:
     await writer.wait_closed()
     server.close()
     await server.wait_closed()
+
+
+@pytest.mark.parametrize("module", [aioring, asyncio], ids=["aioring", "asyncio"])
+async def test_peer_reset_raises_from_drain_and_reads_not_write(certs: Certs, module: Any) -> None:
+    """A peer that aborts: write() still never raises (data is dropped), drain()
+    raises the connection's error, and so do reads after it, as asyncio's
+    TLS streams (not EOF)."""
+    accepted: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    async def handler(reader: Any, writer: Any) -> None:
+        accepted.set_result(writer)
+
+    server, port = await serve(asyncio, handler, certs)
+    reader, writer = await connect(module, port, certs)
+    (await accepted).transport.abort()
+    with pytest.raises(ConnectionError):
+        for i in range(1000):
+            writer.write(b"x" * (200_000 if i % 2 else 1000))  # (large writes leave in slices)
+            await writer.drain()
+    for size in (10, 1 << 20):
+        writer.write(b"x" * size)  # dropped
+    writer.close()
+    with pytest.raises(ConnectionError):
+        await writer.wait_closed()
+    with pytest.raises(ConnectionError):
+        await reader.read()
+    server.close()
+    await server.wait_closed()
