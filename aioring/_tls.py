@@ -259,8 +259,9 @@ class TLSLayer:
 
     def _connection_lost(self, _: Any) -> None:
         """The socket is closed: what came stays readable, then the reader is
-        at EOF, as after asyncio's connection_lost (a read that is out sees
-        the end itself)."""
+        at EOF, or raises the error that ended the connection (a failed send,
+        say), as after asyncio's connection_lost (a read that is out sees the
+        end itself)."""
         reader = self._reader
         if reader is None or reader._eof or reader._exception is not None or reader._waiter is not None:
             return
@@ -270,6 +271,15 @@ class TLSLayer:
         except ssl.SSLError:
             pass  # (a bad record at the very end: the stream ends before it)
         if not reader._eof:
+            self._end(reader)
+
+    def _end(self, reader: StreamReader) -> None:
+        """The reader's end without close_notify: EOF, or the error that ended
+        the connection (a failed send, say), as asyncio's connection_lost gives it."""
+        lost = self._raw._lost
+        if lost is not None:
+            reader.set_exception(lost)
+        else:
             reader.feed_eof()
 
     # -------------------------------------------------------------- reading
@@ -291,10 +301,16 @@ class TLSLayer:
 
     def _peer_ended(self, reader: StreamReader, notified: bool) -> None:
         """The peer's close_notify, or its end of the connection without one:
-        the stream ends there (EOF), and the connection is shut down."""
+        the stream ends there (EOF, or the error that ended the connection,
+        raised), and the connection is shut down."""
         self._notified = self._notified or notified
-        reader.feed_eof()
+        if notified:
+            reader.feed_eof()
+        else:
+            self._end(reader)
         self.close()
+        if reader._exception is not None:
+            raise reader._exception
 
     def _decrypt(self, reader: StreamReader) -> bool:
         """Move the plaintext of the records the incoming BIO holds into the
@@ -466,10 +482,10 @@ class TLSLayer:
     # -------------------------------------------------------------- writing
     def write(self, data: Any) -> None:
         """As asyncio's TLS transport: encrypt now, send with the plain channel;
-        dropped once closing."""
+        dropped once closing or once a send failed (drain() raises its error)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data: expecting a bytes-like instance, got {type(data).__name__}")
-        if not data or self._closing:
+        if not data or self._closing or self._raw._write_exc is not None:
             return
         total = data.nbytes if type(data) is memoryview else len(data)
         sslobj = self._obj
@@ -495,6 +511,8 @@ class TLSLayer:
             if self._reader is not None:
                 self._failed(self._reader, exc)
             raise
+        except OSError:
+            pass  # a send failed: the channel keeps its error for drain(), as asyncio's
 
     def writelines(self, list_of_data: Any) -> None:
         for data in list_of_data:

@@ -452,3 +452,91 @@ async def test_arguments_checked_as_asyncio(certs: Certs) -> None:
             await func(**kwargs)
         if "sock" in kwargs:
             kwargs["sock"].close()
+
+
+STREAMS_WITH_START_TLS = [aioring, *([asyncio] if sys.version_info >= (3, 11) else [])]
+
+
+@pytest.mark.parametrize("module", STREAMS_WITH_START_TLS, ids=lambda m: m.__name__)
+async def test_start_tls_after_buffered_plaintext_and_on_a_closing_writer(certs: Certs, module: Any) -> None:
+    """Plaintext read ahead before start_tls stays in front of the reader's
+    buffer; start_tls on a closed writer raises ConnectionResetError, as asyncio's."""
+    accepted: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def handler(reader: Any, writer: Any) -> None:
+        await accepted.put(writer)
+
+    server = await module.start_server(handler, HOST, 0)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await module.open_connection(HOST, port)
+    peer = await accepted.get()
+    peer.write(b"GO\nearly")
+    await peer.drain()
+    assert await reader.readline() == b"GO\n"
+    upgrade = asyncio.ensure_future(peer.start_tls(certs.server))
+    await writer.start_tls(certs.client, server_hostname=NAME)
+    await upgrade
+    peer.write(b" then TLS")
+    assert await reader.readexactly(14) == b"early then TLS"
+    writer.close()
+    peer.close()
+    await writer.wait_closed()
+    await peer.wait_closed()
+
+    _, writer = await module.open_connection(HOST, port)
+    peer = await accepted.get()
+    writer.close()
+    with pytest.raises(ConnectionResetError, match="Connection lost"):
+        await writer.start_tls(certs.client, server_hostname=NAME)
+    peer.close()
+    await peer.wait_closed()
+    server.close()
+    await server.wait_closed()
+
+
+async def test_read_only_buffers_refused_before_reading(certs: Certs) -> None:
+    async def handler(reader: Any, writer: Any) -> None:
+        writer.write(b"abc")
+        await writer.drain()
+        await reader.read()
+        writer.close()
+
+    server, port = await serve(aioring, handler, certs)
+    reader, writer = await connect(aioring, port, certs)
+    for call in (reader.readinto, reader.readinto_exactly):
+        for buf in (b"xyz", memoryview(bytearray(3)).toreadonly()):
+            with pytest.raises(TypeError, match="writable bytes-like object"):
+                await call(buf)
+    assert await reader.readexactly(3) == b"abc"
+    writer.close()
+    await writer.wait_closed()
+    server.close()
+    await server.wait_closed()
+
+
+@pytest.mark.parametrize("module", [aioring, asyncio], ids=["aioring", "asyncio"])
+async def test_peer_reset_raises_from_drain_and_reads_not_write(certs: Certs, module: Any) -> None:
+    """A peer that aborts: write() still never raises (data is dropped), drain()
+    raises the connection's error, and so do reads after it, as asyncio's
+    TLS streams (not EOF)."""
+    accepted: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    async def handler(reader: Any, writer: Any) -> None:
+        accepted.set_result(writer)
+
+    server, port = await serve(asyncio, handler, certs)
+    reader, writer = await connect(module, port, certs)
+    (await accepted).transport.abort()
+    with pytest.raises(ConnectionError):
+        for i in range(1000):
+            writer.write(b"x" * (200_000 if i % 2 else 1000))  # (large writes leave in slices)
+            await writer.drain()
+    for size in (10, 1 << 20):
+        writer.write(b"x" * size)  # dropped
+    writer.close()
+    with pytest.raises(ConnectionError):
+        await writer.wait_closed()
+    with pytest.raises(ConnectionError):
+        await reader.read()
+    server.close()
+    await server.wait_closed()
