@@ -29,7 +29,7 @@ import select
 import socket
 import struct
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from . import _ring
@@ -199,10 +199,11 @@ def _family_name(family: int) -> str:
 
 
 async def encode_sockaddr(sock: socket.socket, address: Any, loop: asyncio.AbstractEventLoop,
-                          func: str = "connect") -> tuple[bytes, Any]:
+                          func: str = "connect") -> tuple[bytes | None, Any]:
     """(`address` as a kernel sockaddr for `sock`'s family, the address used),
     resolving host names through the loop's getaddrinfo as the loop's
-    sock_connect does."""
+    sock_connect does.  (None, `address`) for a family other than IPv4, IPv6
+    and unix: the socket module converts those itself (see _passed_through)."""
     family = sock.family
     if family in (socket.AF_INET, socket.AF_INET6):
         packed = _encode_inet(family, address, func)
@@ -231,7 +232,25 @@ async def encode_sockaddr(sock: socket.socket, address: Any, loop: asyncio.Abstr
         if len(path) > 107 + (path[:1] in (b"\0", b"")):
             raise OSError("AF_UNIX path too long")
         return struct.pack("=H", socket.AF_UNIX) + path, address
-    raise ValueError(f"address family {_family_name(family)} is not supported")
+    return None, address
+
+
+async def _passed_through(sock: socket.socket, call: Callable[[], Any]) -> Any:
+    """`call` (the socket module's own connect or sendto, for an address
+    family the ring is given no sockaddr of), made again each time the socket
+    becomes writable while it would block, as the loop makes it."""
+    while True:
+        try:
+            return call()
+        except (BlockingIOError, InterruptedError):
+            pass
+        await _writable(sock)
+
+
+async def _writable(sock: socket.socket) -> None:
+    loop, ring = _ring_and_loop()
+    op = ring.start(loop, lib.aior_prep_poll, (sock.fileno(), _POLLOUT), None, None, 0, unbounded=True)
+    await result(ring, op)
 
 
 # ---------------------------------------------------------------- receive
@@ -491,6 +510,8 @@ async def sock_sendto(sock: socket.socket, data: Any, address: Any) -> int:
 async def _sendto(sock: socket.socket, fd: int, cbuf: Any, address: Any) -> int:
     loop, ring = _ring_and_loop()
     name, _ = await encode_sockaddr(sock, address, loop, "sendto")
+    if name is None:
+        return int(await _passed_through(sock, lambda: sock.sendto(ffi.buffer(cbuf), address)))
     m = _Msg(1, 0)
     cname = ffi.from_buffer(_CHARS, name)
     m.iov[0].iov_base = cbuf
@@ -511,6 +532,9 @@ async def sock_connect(sock: socket.socket, address: Any) -> None:
     check_mode(sock)
     loop, ring = _ring_and_loop()
     name, address = await encode_sockaddr(sock, address, loop)
+    if name is None:
+        await _connect_other(sock, address)
+        return
     cname = ffi.from_buffer(_CHARS, name)
     op = ring.start(loop, lib.aior_prep_connect, (fd, ffi.cast("struct sockaddr *", cname), len(name)),
                     (cname,), None, 0, unbounded=True)
@@ -522,11 +546,24 @@ async def sock_connect(sock: socket.socket, address: Any) -> None:
             raise _connect_error(exc, address) from None
     # An older kernel hands a non-blocking socket's EINPROGRESS back: wait
     # until it is writable, then read the outcome, as the loop does.
-    op = ring.start(loop, lib.aior_prep_poll, (fd, _POLLOUT), None, None, 0, unbounded=True)
-    await result(ring, op)
+    await _writable(sock)
     err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
     if err:
         raise _connect_error(OSError(err, os.strerror(err)), address)
+
+
+async def _connect_other(sock: socket.socket, address: Any) -> None:
+    """sock_connect for a family other than IPv4, IPv6 and unix, as the loop's:
+    sock.connect, and when it is under way, SO_ERROR once writable."""
+    try:
+        sock.connect(address)
+        return
+    except (BlockingIOError, InterruptedError):
+        pass
+    await _writable(sock)
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        raise OSError(err, f"Connect call failed {address}")
 
 
 def _connect_error(exc: OSError, address: Any) -> OSError:

@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import errno
+import functools
 import itertools
 import os
 import socket
@@ -42,6 +44,7 @@ import sys
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
+from asyncio import staggered
 from typing import TYPE_CHECKING, Any
 
 from ._liburing import ffi, lib
@@ -1287,9 +1290,11 @@ async def open_connection(host: str | None = None, port: int | str | None = None
                           all_errors: bool = False) -> tuple[StreamReader, StreamWriter]:
     """asyncio.open_connection over the ring: (reader, writer).
 
-    Tries each address getaddrinfo gives, one after the other, as
-    loop.create_connection does; happy_eyeballs_delay and interleave are
-    accepted for compatibility, the attempts are not staggered.
+    Tries each address getaddrinfo gives, as loop.create_connection does: one
+    after the other, or with happy_eyeballs_delay, raced (RFC 8305) as
+    asyncio.staggered races them, the next attempt starting after the delay
+    or when the one before fails, the first connection winning and the
+    others closed; interleave reorders the addresses by family first.
 
     Raises what asyncio.open_connection raises.  With `ssl` (an ssl.SSLContext,
     or True for ssl.create_default_context()), the connection is TLS, as
@@ -1319,36 +1324,23 @@ async def open_connection(host: str | None = None, port: int | str | None = None
                                              proto=proto, flags=flags)
         if not local_infos:
             raise OSError("getaddrinfo() returned empty list")
-    exceptions: list[OSError] = []
-    for fam, type_, pro, _, address in infos:
-        conn = socket.socket(fam, type_, pro)
-        try:
-            conn.setblocking(False)
-            if local_infos is not None:
-                tried = len(exceptions)
-                for lfam, _, _, _, laddr in local_infos:
-                    if lfam != fam:
-                        continue
-                    try:
-                        conn.bind(laddr)
-                        break
-                    except OSError as exc:
-                        exceptions.append(OSError(exc.errno, f"error while attempting to bind on "
-                                                  f"address {laddr!r}: {(exc.strerror or str(exc)).lower()}"))
-                else:
-                    if len(exceptions) == tried:
-                        exceptions.append(OSError(f"no matching local address with family={fam!r} found"))
-                    conn.close()
-                    continue
-            await sock_connect(conn, address)
-        except OSError as exc:
-            conn.close()
-            exceptions.append(exc)
-            continue
-        except BaseException:
-            conn.close()
-            raise
+    if happy_eyeballs_delay is not None and interleave is None:
+        interleave = 1
+    if interleave:
+        infos = _interleave(infos, interleave)
+    errors: list[list[OSError]] = []
+    conn: socket.socket | None = None
+    attempts = (functools.partial(_attempt, info, local_infos, errors) for info in infos)
+    if happy_eyeballs_delay is None:
+        for attempt in attempts:
+            with contextlib.suppress(OSError):
+                conn = await attempt()
+                break
+    else:
+        conn = (await staggered.staggered_race(attempts, happy_eyeballs_delay, loop=loop))[0]
+    if conn is not None:
         return await _tls_streams(conn, limit, loop, *tls)
+    exceptions = [exc for attempt_errors in errors for exc in attempt_errors]
     if all_errors and sys.version_info >= (3, 11):
         raise ExceptionGroup("create_connection failed", exceptions)  # noqa: F821
     if len(exceptions) == 1:
@@ -1356,6 +1348,61 @@ async def open_connection(host: str | None = None, port: int | str | None = None
     if exceptions and all(str(exc) == str(exceptions[0]) for exc in exceptions):
         raise exceptions[0]
     raise OSError("Multiple exceptions: {}".format(", ".join(str(exc) for exc in exceptions)))
+
+
+def _interleave(infos: list[Any], first_family_count: int) -> list[Any]:
+    """getaddrinfo's addresses taking turns by family, as loop.create_connection
+    orders them for `interleave`: `first_family_count` of the first family,
+    then one of each family in turn."""
+    by_family: dict[int, list[Any]] = {}
+    for info in infos:
+        by_family.setdefault(info[0], []).append(info)
+    queues = list(by_family.values())
+    ordered = queues[0][:first_family_count - 1]
+    del queues[0][:first_family_count - 1]
+    for turn in itertools.zip_longest(*queues):
+        ordered.extend(info for info in turn if info is not None)
+    return ordered
+
+
+async def _attempt(info: Any, local_infos: list[Any] | None,
+                   errors: list[list[OSError]]) -> socket.socket:
+    """One connection attempt of open_connection: the connected socket, or
+    the OSError (its errors, binding ones too, also go into `errors`, in the
+    order the attempts started, as loop.create_connection collects them)."""
+    fam, type_, pro, _, address = info
+    mine: list[OSError] = []
+    errors.append(mine)
+    conn = socket.socket(fam, type_, pro)
+    try:
+        conn.setblocking(False)
+        if local_infos is not None:
+            _bind_local(conn, fam, local_infos, mine)
+        await sock_connect(conn, address)
+    except OSError as exc:
+        conn.close()
+        mine.append(exc)
+        raise
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _bind_local(conn: socket.socket, fam: int, local_infos: list[Any], mine: list[OSError]) -> None:
+    """Bind `conn` to the first local address of its family that binds."""
+    for lfam, _, _, _, laddr in local_infos:
+        if lfam != fam:
+            continue
+        try:
+            conn.bind(laddr)
+            return
+        except OSError as exc:
+            mine.append(OSError(exc.errno, f"error while attempting to bind on "
+                                f"address {laddr!r}: {(exc.strerror or str(exc)).lower()}"))
+    if not mine:
+        raise OSError(f"no matching local address with family={fam!r} found")
+    raise mine.pop()
 
 
 async def open_unix_connection(path: str | bytes | os.PathLike[str] | None = None, *,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import socket
+import struct
 import sys
 import warnings
 
@@ -128,3 +129,106 @@ def test_a_server_closed_as_its_loop_ends_leaves_nothing_behind(new_loop):
         gc.collect()
     assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
     assert [s.fileno() for s in kept] == [-1]
+
+
+def _netlink() -> socket.socket:
+    try:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)  # NETLINK_ROUTE
+    except (AttributeError, OSError) as exc:
+        pytest.skip(f"no AF_NETLINK here: {exc}")
+    sock.setblocking(False)
+    return sock
+
+
+# RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, for AF_UNSPEC: the kernel answers
+# with RTM_NEWLINK messages.
+_GETLINK = struct.pack("=IHHII", 20, 18, 0x301, 1, 0) + struct.pack("=B3x", 0)
+
+
+async def test_other_address_families_are_passed_through():
+    """sock_sendto and sock_connect take a family other than IPv4, IPv6 and
+    unix (netlink here) as the loop's do: the socket module's own call, its
+    result and its errors."""
+    with _netlink() as ring_sock, _netlink() as std_sock:
+        assert await aioring.sock_sendto(ring_sock, _GETLINK, (0, 0)) == std_sock.sendto(_GETLINK, (0, 0))
+        reply = await aioring.sock_recv(ring_sock, 65536)
+        assert struct.unpack_from("=IH", reply)[1] == 16  # RTM_NEWLINK
+    with _netlink() as ring_sock, _netlink() as std_sock:
+        await aioring.sock_connect(ring_sock, (0, 0))
+        std_sock.connect((0, 0))
+        assert ring_sock.getpeername() == std_sock.getpeername()
+        await aioring.sock_sendall(ring_sock, _GETLINK)
+        assert struct.unpack_from("=IH", await aioring.sock_recv(ring_sock, 65536))[1] == 16
+    with _netlink() as ring_sock, _netlink() as std_sock:
+        for bad in ("x", (0,)):
+            with pytest.raises(TypeError) as std:
+                std_sock.connect(bad)
+            with pytest.raises(TypeError) as ring:
+                await aioring.sock_connect(ring_sock, bad)
+            assert str(ring.value) == str(std.value)
+
+
+def _closed_port(host: str) -> int:
+    with socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        return s.getsockname()[1]
+
+
+def _info(host: str, port: int) -> tuple:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    address = (host, port, 0, 0) if ":" in host else (host, port)
+    return (family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", address)
+
+
+def _resolving_to(monkeypatch: pytest.MonkeyPatch, infos: list) -> None:
+    async def getaddrinfo(*args, **kwargs):
+        return list(infos)
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", getaddrinfo)
+
+
+def _apis() -> dict:
+    """aioring's open_connection, and asyncio's where the loop's own
+    create_connection goes through loop.getaddrinfo (asyncio's loop)."""
+    if isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop):
+        return _STREAMS
+    return {"ring": aioring}
+
+
+async def test_interleave_orders_the_attempts_and_errors_as_asyncio(monkeypatch):
+    """interleave (and happy_eyeballs_delay, which implies interleave=1)
+    take the addresses' families in turn; every refused attempt's error is
+    reported, in the order the attempts were made, as asyncio's."""
+    v4 = [_info("127.0.0.1", _closed_port("127.0.0.1")) for _ in range(3)]
+    v6 = [_info("::1", _closed_port("::1")) for _ in range(2)]
+    _resolving_to(monkeypatch, v4 + v6)
+    orders = {1: [v4[0], v6[0], v4[1], v6[1], v4[2]], 2: [v4[0], v4[1], v6[0], v4[2], v6[1]]}
+    for name, api in _apis().items():
+        for kwargs, order in (({"interleave": 2}, orders[2]),
+                              ({"happy_eyeballs_delay": 0.25}, orders[1])):
+            with pytest.raises(OSError) as caught:
+                await api.open_connection("localhost", 1, **kwargs)
+            expected = ", ".join(f"[Errno 111] Connect call failed {info[4]}" for info in order)
+            assert str(caught.value) == f"Multiple exceptions: {expected}", name
+
+
+async def test_happy_eyeballs_races_past_an_attempt_that_hangs(monkeypatch):
+    """With happy_eyeballs_delay, an attempt that hangs (a listener whose
+    backlog is full drops the SYN) does not hold up the next address: the
+    first to connect wins and the hanging one is closed, as asyncio's."""
+    full = socket.create_server(("127.0.0.1", 0), backlog=0)
+    filler = [socket.create_connection(full.getsockname())]
+    server = await aioring.start_server(lambda r, w: w.close(), "::1", 0)
+    good = server.sockets[0].getsockname()
+    _resolving_to(monkeypatch, [_info(*full.getsockname()), _info("::1", good[1])])
+    try:
+        for name, api in _apis().items():
+            _, writer = await asyncio.wait_for(
+                api.open_connection("localhost", 1, happy_eyeballs_delay=0.05), 60)
+            assert writer.get_extra_info("peername")[:2] == good[:2], name
+            writer.close()
+            await writer.wait_closed()
+    finally:
+        server.close()
+        await server.wait_closed()
+        for sock in filler:
+            sock.close()
+        full.close()
