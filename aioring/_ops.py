@@ -550,7 +550,7 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     # The ring lookup and result() are written out here, which saves two
     # Python calls per read (measured: 2.5k instructions).
     loop = _get_running_loop()
-    ring = _ring._last
+    ring = _ring._last()
     if ring is None or ring._loop_ref() is not loop or ring._closed:
         ring = get_ring(loop)
     # Exported last: from here on nothing raises before the ring owns it or

@@ -787,6 +787,12 @@ class Ring:
         lib.io_uring_queue_exit(self._ring)
         os.close(self._efd)
 
+    def __del__(self) -> None:
+        # A loop dropped without close() goes with its ring: drained first as
+        # close() drains, so nothing is unmapped while the kernel holds it.
+        if not getattr(self, "_closed", True):
+            self.close()
+
     def _drain_once(self) -> bool:
         """Block for at least one completion and drop what arrived; False on
         error, or when none came for CLOSE_WAIT seconds (a CQE that will
@@ -873,8 +879,25 @@ def _redeliver(task: asyncio.Task[Any], msg: Any, pending: int | None) -> None:
 # ---------------------------------------------------------------- registry
 _kept_forever: list[Op] = []  # ops of a ring whose drain failed: their memory is never freed
 _lock = threading.RLock()  # (get_ring closes a ring it failed to register under it)
-_rings: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Ring] = weakref.WeakKeyDictionary()
-_last: Ring | None = None  # the ring found last: one attribute check on the hot path
+# Each loop keeps its ring (as loop._aioring_ring); the registry and the
+# ring found last refer to rings weakly.  A ring's operations refer to their
+# loop through their futures: a strong reference to the ring from here would
+# keep a loop dropped without close() alive for ever, and its ring with it.
+_rings: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.ref[Ring]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _no_ring() -> None:
+    return None
+
+
+# The ring found last: one call and one attribute check on the hot path.
+_last: Callable[[], Ring | None] = _no_ring
+
+
+def _ring_of(loop: asyncio.AbstractEventLoop) -> Ring | None:
+    ref = _rings.get(loop)
+    return ref() if ref is not None else None
 
 
 # The backend of this process, chosen at its first ring: "io_uring", or
@@ -946,13 +969,13 @@ def get_ring(loop: asyncio.AbstractEventLoop | None = None, *, entries: int | No
     global _last
     if loop is None:
         loop = asyncio.get_running_loop()
-    ring = _last
+    ring = _last()
     if ring is not None and ring._loop_ref() is loop and not ring._closed:
         return ring
-    ring = _rings.get(loop)
+    ring = _ring_of(loop)
     if ring is None or ring._closed:
         with _lock:
-            ring = _rings.get(loop)
+            ring = _ring_of(loop)
             if ring is None or ring._closed:
                 if loop.is_closed():
                     raise RuntimeError("Event loop is closed")
@@ -963,14 +986,15 @@ def get_ring(loop: asyncio.AbstractEventLoop | None = None, *, entries: int | No
                         ring = ThreadRing(loop, DEFAULT_ENTRIES if entries is None else entries)
                     else:
                         ring = Ring(loop, DEFAULT_ENTRIES if entries is None else entries)
-                    _rings[loop] = ring
+                    _rings[loop] = weakref.ref(ring)
+                    loop._aioring_ring = ring  # type: ignore[attr-defined]
                     _wrap_loop_close(loop)
                 except BaseException:
                     if ring is not None:
                         _rings.pop(loop, None)
                         ring.close()
                     raise
-    _last = ring
+    _last = weakref.ref(ring)
     return ring
 
 
@@ -978,7 +1002,7 @@ def close_ring(loop: asyncio.AbstractEventLoop | None = None) -> None:
     """Close the ring of `loop` (default: the running loop), draining it first."""
     if loop is None:
         loop = asyncio.get_running_loop()
-    ring = _rings.get(loop)
+    ring = _ring_of(loop)
     if ring is not None:
         ring.close()
 
@@ -987,10 +1011,11 @@ def _forget(ring: Ring) -> None:
     global _last
     loop = ring._loop_ref()
     with _lock:
-        if loop is not None and _rings.get(loop) is ring:
+        if loop is not None and _ring_of(loop) is ring:
             del _rings[loop]
-        if _last is ring:
-            _last = None
+            loop._aioring_ring = None  # type: ignore[attr-defined]
+        if _last() is ring:
+            _last = _no_ring
 
 
 def _wrap_loop_close(loop: asyncio.AbstractEventLoop) -> None:
@@ -998,13 +1023,13 @@ def _wrap_loop_close(loop: asyncio.AbstractEventLoop) -> None:
     if getattr(loop, "_aioring_close_wrapped", False):
         return
     original = loop.close
-    loop_ref = weakref.ref(loop)
 
     def close() -> None:
-        target = loop_ref()
-        ring = _rings.get(target) if target is not None else None
+        # (The ring as the loop keeps it: found when the collector finalizes
+        # a loop dropped without close(), once weak references to it are gone.)
+        ring = getattr(loop, "_aioring_ring", None)
         try:
-            if ring is not None and target is not None and not target.is_running():
+            if ring is not None and not loop.is_running():
                 ring.close()
         finally:
             original()
@@ -1016,11 +1041,12 @@ def _wrap_loop_close(loop: asyncio.AbstractEventLoop) -> None:
 def _after_fork_in_child() -> None:
     global _last, _lock
     _lock = threading.RLock()  # another thread may have held it at the fork
-    rings = list(_rings.values())
+    rings = [ref() for ref in _rings.values()]
     _rings.clear()
-    _last = None
+    _last = _no_ring
     for ring in rings:
-        ring._abandon()
+        if ring is not None:
+            ring._abandon()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

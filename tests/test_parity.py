@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import socket
 import struct
 import sys
 import warnings
+import weakref
 
 import pytest
+import uvloop
 
 import aioring
+from aioring import _ring
 
 _STREAMS = {"ring": aioring, "asyncio": asyncio}
 
@@ -232,3 +236,65 @@ async def test_happy_eyeballs_races_past_an_attempt_that_hangs(monkeypatch):
         for sock in filler:
             sock.close()
         full.close()
+
+
+_LOOPS = {"asyncio": asyncio.SelectorEventLoop, "uvloop": uvloop.new_event_loop}
+
+
+def _fd_open(fd: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize("kind", _LOOPS)
+def test_a_loop_dropped_unclosed_with_operations_in_flight_goes_with_its_ring(kind, aioring_backend):
+    """A loop dropped without close() while a read waits is collected as a
+    loop without aioring is; its ring goes with it, drained first (the read
+    cancelled), its fds closed.  asyncio warns of the unclosed loop and of
+    the pending task, as it does without aioring."""
+    def bare() -> weakref.ref:
+        loop = _LOOPS[kind]()
+        loop.run_until_complete(asyncio.sleep(0))
+        return weakref.ref(loop)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        dropped = bare()
+        gc.collect()
+    if dropped() is not None:
+        pytest.skip(f"{kind} keeps a loop dropped unclosed alive even without aioring")
+
+    r, w = os.pipe()
+    errors: list[dict] = []
+
+    def dropping() -> tuple:
+        loop = _LOOPS[kind]()
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+
+        async def start() -> asyncio.Task:
+            task = asyncio.ensure_future(aioring.read(r, 100))
+            await asyncio.sleep(0)
+            return task
+
+        loop.run_until_complete(start())
+        ring = _ring.get_ring(loop)
+        return weakref.ref(loop), weakref.ref(ring), [ring._efd] + (
+            [ring.fd] if aioring_backend == "io_uring" else [])
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loop_ref, ring_ref, fds = dropping()
+            names = [_fd_open(fd) for fd in fds]
+            assert None not in names
+            gc.collect()
+        assert loop_ref() is None and ring_ref() is None
+        assert [_fd_open(fd) for fd in fds] != names  # closed (or, if reused, something else)
+        assert all(issubclass(w.category, ResourceWarning) and "unclosed event loop" in str(w.message)
+                   for w in caught)
+        assert [e["message"] for e in errors] in ([], ["Task was destroyed but it is pending!"])
+    finally:
+        os.close(r)
+        os.close(w)

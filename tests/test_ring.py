@@ -537,7 +537,7 @@ def test_a_keyboard_interrupt_in_the_completion_loop_loses_no_completion(new_loo
 _SETUP_LINES = {
     "Ring.__init__": ("self._init_table(loop, self.cq_entries, self._ring)",
                       "add_reader(efd, self._on_wakeup)"),
-    "get_ring": ("_rings[loop] = ring", "_wrap_loop_close(loop)"),
+    "get_ring": ("_rings[loop] = weakref.ref(ring)", "_wrap_loop_close(loop)"),
 }
 
 
