@@ -540,3 +540,75 @@ async def test_peer_reset_raises_from_drain_and_reads_not_write(certs: Certs, mo
         await reader.read()
     server.close()
     await server.wait_closed()
+
+
+# The peer's close must finish well before this; a side that never answers
+# close_notify makes it end in TimeoutError (3.11+) or never (3.10).
+PEER_CLOSE = 2.0
+# aioring's TLS streams receive only while the program reads: a side that
+# does not read never sees the peer's close_notify, so never answers it.
+NOT_READING = pytest.mark.xfail(
+    strict=True, reason="an aioring TLS endpoint that is not reading does not answer close_notify")
+
+
+def _shutdown_timeout() -> dict[str, float]:
+    return {"ssl_shutdown_timeout": PEER_CLOSE} if sys.version_info >= (3, 11) else {}
+
+
+@pytest.mark.parametrize("module", [pytest.param(aioring, marks=NOT_READING), asyncio],
+                         ids=["aioring", "asyncio"])
+async def test_close_notify_answered_while_not_reading_server(certs: Certs, module: Any) -> None:
+    """A server whose handler does not read answers the client's close_notify
+    at once, as asyncio's TLS server does (it reads all the time): the
+    client's wait_closed() ends without waiting for ssl_shutdown_timeout, and
+    a later read in the handler gets what the client wrote, then EOF."""
+    peer_closed = asyncio.Event()
+    seen: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+    async def handler(reader: Any, writer: Any) -> None:
+        writer.write(b"hello")
+        await peer_closed.wait()  # reads nothing until the client is gone
+        seen.set_result(await reader.read())
+        writer.close()
+        await writer.wait_closed()
+
+    server, port = await serve(module, handler, certs)
+    reader, writer = await connect(asyncio, port, certs, **_shutdown_timeout())
+    assert await reader.readexactly(5) == b"hello"
+    writer.write(b"request")
+    writer.close()
+    await asyncio.wait_for(writer.wait_closed(), PEER_CLOSE + 5)
+    peer_closed.set()
+    assert await asyncio.wait_for(seen, PEER_CLOSE + 5) == b"request"
+    server.close()
+    await server.wait_closed()
+
+
+@pytest.mark.parametrize("module", [pytest.param(aioring, marks=NOT_READING), asyncio],
+                         ids=["aioring", "asyncio"])
+async def test_close_notify_answered_while_not_reading_client(certs: Certs, module: Any) -> None:
+    """The mirror: a client that wrote its request and does not read answers
+    the server's close_notify; the server's wait_closed() ends at once, and
+    the client then reads the reply, then EOF."""
+    closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def handler(reader: Any, writer: Any) -> None:
+        writer.write(b"reply")
+        writer.close()
+        try:
+            await writer.wait_closed()
+        except BaseException as exc:
+            closed.set_exception(exc)
+        else:
+            closed.set_result(None)
+
+    server = await asyncio.start_server(handler, HOST, 0, ssl=certs.server, **_shutdown_timeout())
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await connect(module, port, certs)
+    writer.write(b"request")
+    await asyncio.wait_for(closed, PEER_CLOSE + 5)  # (no read meanwhile)
+    assert await reader.read() == b"reply"
+    writer.close()
+    await asyncio.wait_for(writer.wait_closed(), PEER_CLOSE + 5)
+    server.close()
+    await server.wait_closed()
