@@ -7,6 +7,8 @@ counts are not.  Each workload runs in one process on one event loop:
 * echo        1 KiB frames echoed over one loopback TCP connection, server
               and client both aioring streams in the same loop (one op = one
               round trip: a frame written, read, echoed and read back)
+* tls_echo    the same over TLS (ssl= on both ends; a certificate made by
+              trustme)
 * small_files ``async with aioring.open(p, "rb") as f: await f.read()`` of a
               1 KiB file (one op = open, read, close)
 * pread4k     ``aioring.read(fd, 4096, offset)`` from a file in the page cache
@@ -33,16 +35,17 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".data"
-WORKLOADS = ("echo", "small_files", "pread4k")
+WORKLOADS = ("echo", "tls_echo", "small_files", "pread4k")
 FRAME = 1024
 HDR = struct.Struct(">Q")
 
 
-async def echo(ops: int) -> None:
+async def echo(ops: int, tls: tuple[Any, Any] = (None, None)) -> None:
     import aioring
 
     async def handle(reader: aioring.StreamReader, writer: aioring.StreamWriter) -> None:
@@ -61,9 +64,11 @@ async def echo(ops: int) -> None:
         finally:
             writer.close()
 
-    server = await aioring.start_server(handle, "127.0.0.1", 0)
+    server_ssl, client_ssl = tls
+    server = await aioring.start_server(handle, "127.0.0.1", 0, ssl=server_ssl)
     port = server.sockets[0].getsockname()[1]
-    reader, writer = await aioring.open_connection("127.0.0.1", port)
+    reader, writer = await aioring.open_connection("127.0.0.1", port, ssl=client_ssl,
+                                                   server_hostname="127.0.0.1" if client_ssl else None)
     hdr, payload = HDR.pack(FRAME), os.urandom(FRAME)
     rhdr, rbuf = bytearray(8), bytearray(FRAME)
     for _ in range(ops):
@@ -115,8 +120,21 @@ async def pread4k(ops: int) -> None:
         os.close(fd)
 
 
-RUNS: dict[str, Callable[[int], Awaitable[None]]] = {"echo": echo, "small_files": small_files,
-                                                        "pread4k": pread4k}
+async def tls_echo(ops: int) -> None:
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ssl)
+    client_ssl = ssl.create_default_context()
+    ca.configure_trust(client_ssl)
+    await echo(ops, (server_ssl, client_ssl))
+
+
+RUNS: dict[str, Callable[[int], Awaitable[None]]] = {"echo": echo, "tls_echo": tls_echo,
+                                                        "small_files": small_files, "pread4k": pread4k}
 
 
 def run_once(workload: str, ops: int, loop: str) -> float:
