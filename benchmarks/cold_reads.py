@@ -188,12 +188,13 @@ async def rand_aioring_read_tryeach(path: Path, size: int, tasks: int, seconds: 
         _ops._plain.clear()
 
 
-async def rand_aioring_open(path: Path, size: int, tasks: int, seconds: float) -> float:
+async def _rand_seek_read(opener: Any, path: Path, size: int, tasks: int, seconds: float) -> float:
+    """Random reads through an aiofiles-API opener: seek, then read a block."""
     end = time.perf_counter() + seconds
 
     async def one(i: int) -> int:
         nxt, n = offsets(i, size), 0
-        async with aioring.open(path, "rb", buffering=0) as f:
+        async with opener(path, "rb", buffering=0) as f:
             while time.perf_counter() < end:
                 await f.seek(nxt())
                 if len(await f.read(BLOCK)) != BLOCK:
@@ -201,6 +202,10 @@ async def rand_aioring_open(path: Path, size: int, tasks: int, seconds: float) -
                 n += 1
         return n
     return await _timed_tasks(tasks, seconds, one)
+
+
+async def rand_aioring_open(path: Path, size: int, tasks: int, seconds: float) -> float:
+    return await _rand_seek_read(aioring.open, path, size, tasks, seconds)
 
 
 async def rand_aioring_direct(path: Path, size: int, tasks: int, seconds: float) -> float:
@@ -237,18 +242,7 @@ async def rand_aiofile(path: Path, size: int, tasks: int, seconds: float) -> flo
 
 async def rand_aiofiles(path: Path, size: int, tasks: int, seconds: float) -> float:
     assert aiofiles is not None
-    end = time.perf_counter() + seconds
-
-    async def one(i: int) -> int:
-        nxt, n = offsets(i, size), 0
-        async with aiofiles.open(path, "rb", buffering=0) as f:
-            while time.perf_counter() < end:
-                await f.seek(nxt())
-                if len(await f.read(BLOCK)) != BLOCK:
-                    raise AssertionError("short read")
-                n += 1
-        return n
-    return await _timed_tasks(tasks, seconds, one)
+    return await _rand_seek_read(aiofiles.open, path, size, tasks, seconds)
 
 
 async def rand_threads(path: Path, size: int, tasks: int, seconds: float) -> float:
