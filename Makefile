@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-SOURCES := pyproject.toml setup.py _build_cffi.py _build_liburing.py src/core.c src/core.h
+SOURCES := pyproject.toml setup.py _build_cffi.py _build_liburing.py $(wildcard src/*.c src/*.h src/*.cdef)
 
 .PHONY: test test-all soak asan lint bench bench-all bench-deps system-deps clean
 

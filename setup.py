@@ -1,8 +1,8 @@
 """cffi reads cffi_modules only from setup.py; everything else is in pyproject.toml.
 
-Two compiled modules: the cffi binding (aioring._liburing, _build_cffi.py)
-and the core (aioring._core, C in src/; its seam is src/core.h).  Every
-extension module takes its compile and link arguments from
+Two compiled modules: the cffi binding (aioring._liburing, C in src/binding.*,
+built by _build_cffi.py) and the core (aioring._core, C in src/; its seam is
+src/core.h).  Every extension module takes its compile and link arguments from
 _build_liburing.extension_args(), so that one setting
 (AIORING_LIBURING=static|shared) applies to all of them.
 """
