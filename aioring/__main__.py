@@ -27,16 +27,15 @@ import sys
 import warnings
 from typing import Any
 
-from . import __version__
-from ._liburing import lib
+from . import __version__, _binding
 from ._ring import _REQUIRED_OPS, Ring, chosen_backend
 from ._threads import EMULATED
 
 # Ring features and setup flags aioring relies on or uses when present.
-_FEATURES = {"NODROP": lib.IORING_FEAT_NODROP, "FAST_POLL": lib.IORING_FEAT_FAST_POLL,
-             "RW_CUR_POS": lib.IORING_FEAT_RW_CUR_POS}
-_SETUP_FLAGS = {"SUBMIT_ALL": lib.IORING_SETUP_SUBMIT_ALL, "COOP_TASKRUN": lib.IORING_SETUP_COOP_TASKRUN,
-                "TASKRUN_FLAG": lib.IORING_SETUP_TASKRUN_FLAG}
+_FEATURES = {"NODROP": _binding.FEAT_NODROP, "FAST_POLL": _binding.FEAT_FAST_POLL,
+             "RW_CUR_POS": _binding.FEAT_RW_CUR_POS}
+_SETUP_FLAGS = {"SUBMIT_ALL": _binding.SETUP_SUBMIT_ALL, "COOP_TASKRUN": _binding.SETUP_COOP_TASKRUN,
+                "TASKRUN_FLAG": _binding.SETUP_TASKRUN_FLAG}
 _SECCOMP_MODES = {0: "none", 1: "strict", 2: "filter"}
 _TO_SILENCE = "AIORING_BACKEND=threads keeps the fallback without its warning."
 
@@ -44,11 +43,7 @@ _TO_SILENCE = "AIORING_BACKEND=threads keeps the fallback without its warning."
 def _opcodes() -> dict[str, int]:
     """Name -> number of every opcode aioring submits."""
     used = EMULATED | set(_REQUIRED_OPS.values())
-    names = {}
-    for name in dir(lib):
-        for prefix in ("IORING_OP_", "AIOR_OP_"):
-            if name.startswith(prefix) and getattr(lib, name) in used:
-                names[name[len(prefix):]] = getattr(lib, name)
+    names = {name: op for name, op in _binding.opcodes().items() if op in used}
     return dict(sorted(names.items(), key=lambda kv: kv[1]))
 
 
@@ -145,9 +140,9 @@ def diagnose() -> dict[str, Any]:
     requested = os.environ.get("AIORING_BACKEND", "")
     report: dict[str, Any] = {
         "aioring": __version__,
-        "liburing": {"version": (f"{lib.AIOR_LIBURING_MAJOR}.{lib.AIOR_LIBURING_MINOR}"
-                                 if lib.AIOR_LIBURING_MAJOR else None),
-                     "linked": "static" if lib.AIOR_LIBURING_STATIC else "shared"},
+        "liburing": {"version": ("{}.{}".format(*_binding.LIBURING_VERSION)
+                                 if _binding.LIBURING_VERSION else None),
+                     "linked": "static" if _binding.LIBURING_STATIC else "shared"},
         "python": f"{platform.python_version()} ({platform.python_implementation()})",
         "kernel": platform.release(),
         "AIORING_BACKEND": requested or None,

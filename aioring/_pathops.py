@@ -21,8 +21,7 @@ import sys
 from typing import Any
 from collections.abc import Callable
 
-from ._liburing import ffi, lib
-from . import _ring
+from . import _binding, _ring
 from ._ops import _INT_MAX, _INT_MIN, _yield_keeping, check_fd, check_int, check_size, pace, result
 from ._ring import Op, Ring, get_ring, os_error
 
@@ -31,8 +30,7 @@ __all__ = ["close", "fallocate", "ftruncate", "link", "lstat", "mkdir", "open", 
 
 Path = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 
-_AT_FDCWD = lib.AT_FDCWD
-_STATX_NEW = ffi.typeof("struct statx *")
+_AT_FDCWD = _binding.AT_FDCWD
 
 
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
@@ -100,7 +98,7 @@ def _finish_none(op: Op, res: int) -> None:
     return None
 
 
-# Opens are tried at once without waiting first (lib.aior_open_now); off if
+# Opens are tried at once without waiting first (_binding.open_now); off if
 # the kernel lacks openat2.
 _open_now = [True]
 
@@ -119,7 +117,7 @@ def _opened_now(dfd: int, encoded: bytes, flags: int, path: Any) -> int:
         return -1
     if _ring._owed:
         _ring._deliver_owed()
-    fd = lib.aior_open_now(dfd, encoded, flags)
+    fd = _binding.open_now(dfd, encoded, flags)
     if fd >= 0:
         return fd
     if -fd in _WALK_ERRORS:
@@ -151,25 +149,22 @@ async def open_encoded(path: Path, encoded: bytes, flags: int, mode: int, dir_fd
             await _yield_keeping()
         return fd
     fallback = functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)
-    return await _call(lib.IORING_OP_OPENAT, fallback, lib.aior_prep_openat,
+    return await _call(_binding.OP_OPENAT, fallback, _binding.prep_openat,
                        (dfd, encoded, flags, mode), filename=path)
 
 
 async def close(fd: int) -> None:
     """os.close through IORING_OP_CLOSE."""
     fd = check_fd(fd)
-    await _call(lib.IORING_OP_CLOSE, functools.partial(os.close, fd), lib.aior_prep_close,
+    await _call(_binding.OP_CLOSE, functools.partial(os.close, fd), _binding.prep_close,
                 (fd,), finish=_finish_none)
 
 
-_I64_16 = ffi.typeof("int64_t[16]")
 _U64 = 1 << 64
 
 
 def _finish_stat(op: Op, res: int) -> os.stat_result:
-    fields = ffi.new(_I64_16)
-    lib.aior_statx_fields(op.keep, fields)
-    v = ffi.unpack(fields, 16)
+    v = _binding.statx_fields(op.keep)
     ino, dev, size, blocks, rdev = (x % _U64 for x in (v[1], v[2], v[6], v[14], v[15]))
     a, an, m, mn, c, cn = v[7:13]
     return os.stat_result((
@@ -224,10 +219,10 @@ async def _stat(path: Path | int, dir_fd: int | None, follow_symlinks: bool,
             raise ValueError(f"{func}: can't specify dir_fd without matching path")
         if not follow_symlinks and fd > 0:  # (os checks fd > 0 only)
             raise ValueError(f"{func}: cannot use fd and follow_symlinks together")
-        encoded, dfd, flags = b"", fd, lib.AT_EMPTY_PATH
+        encoded, dfd, flags = b"", fd, _binding.AT_EMPTY_PATH
     else:
         encoded, dfd = _encode(path, func, fd_too=func == "stat"), _dir_fd(dir_fd)
-        flags = 0 if follow_symlinks else lib.AT_SYMLINK_NOFOLLOW
+        flags = 0 if follow_symlinks else _binding.AT_SYMLINK_NOFOLLOW
         loop = asyncio.get_running_loop()
         ring = get_ring(loop)
         oflags = _O_PATH if follow_symlinks else _O_PATH | os.O_NOFOLLOW
@@ -240,9 +235,9 @@ async def _stat(path: Path | int, dir_fd: int | None, follow_symlinks: bool,
             if pace():
                 await _yield_keeping()
             return st
-        if ring.supports(lib.IORING_OP_OPENAT):
+        if ring.supports(_binding.OP_OPENAT):
             try:
-                fd = await _on_ring(loop, ring, lib.aior_prep_openat, (dfd, encoded, oflags, 0),
+                fd = await _on_ring(loop, ring, _binding.prep_openat, (dfd, encoded, oflags, 0),
                                     filename=path)
             except OSError as exc:
                 if exc.errno not in _NO_FD_LEFT:
@@ -252,16 +247,16 @@ async def _stat(path: Path | int, dir_fd: int | None, follow_symlinks: bool,
                     return os.fstat(fd)
                 finally:
                     os.close(fd)
-    buf = ffi.new(_STATX_NEW)
+    buf = _binding.new_statx()
     fallback = functools.partial(os.stat, path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
-    return await _call(lib.IORING_OP_STATX, fallback, lib.aior_prep_statx,
-                       (dfd, encoded, flags, lib.STATX_BASIC_STATS, buf), buf, _finish_stat,
+    return await _call(_binding.OP_STATX, fallback, _binding.prep_statx,
+                       (dfd, encoded, flags, _binding.STATX_BASIC_STATS, buf), buf, _finish_stat,
                        filename=name)
 
 
 async def _unlinkat(func: str, path: Path, dir_fd: int | None, flags: int) -> None:
     fallback = functools.partial(getattr(os, func), path, dir_fd=dir_fd)
-    await _call(lib.IORING_OP_UNLINKAT, fallback, lib.aior_prep_unlinkat,
+    await _call(_binding.OP_UNLINKAT, fallback, _binding.prep_unlinkat,
                 (_dir_fd(dir_fd), _encode(path, func), flags), finish=_finish_none,
                 filename=path)
 
@@ -278,7 +273,7 @@ async def remove(path: Path, *, dir_fd: int | None = None) -> None:
 
 async def rmdir(path: Path, *, dir_fd: int | None = None) -> None:
     """os.rmdir through IORING_OP_UNLINKAT with AT_REMOVEDIR."""
-    await _unlinkat("rmdir", path, dir_fd, lib.AT_REMOVEDIR)
+    await _unlinkat("rmdir", path, dir_fd, _binding.AT_REMOVEDIR)
 
 
 async def _renameat(func: str, src: Path, dst: Path, src_dir_fd: int | None,
@@ -287,7 +282,7 @@ async def _renameat(func: str, src: Path, dst: Path, src_dir_fd: int | None,
             _encode(dst, func, "dst"), 0)
     fallback = functools.partial(getattr(os, func), src, dst, src_dir_fd=src_dir_fd,
                                  dst_dir_fd=dst_dir_fd)
-    await _call(lib.IORING_OP_RENAMEAT, fallback, lib.aior_prep_renameat, args,
+    await _call(_binding.OP_RENAMEAT, fallback, _binding.prep_renameat, args,
                 finish=_finish_none, filename=src, filename2=dst)
 
 
@@ -308,7 +303,7 @@ async def mkdir(path: Path, mode: int = 0o777, *, dir_fd: int | None = None) -> 
     mode_t = check_int(mode, "mode") & 0xFFFFFFFF  # (a C int, as os passes it: -1 too)
     args = (_dir_fd(dir_fd), _encode(path, "mkdir"), mode_t)
     fallback = functools.partial(os.mkdir, path, mode, dir_fd=dir_fd)
-    await _call(lib.IORING_OP_MKDIRAT, fallback, lib.aior_prep_mkdirat, args, finish=_finish_none,
+    await _call(_binding.OP_MKDIRAT, fallback, _binding.prep_mkdirat, args, finish=_finish_none,
                 filename=path)
 
 
@@ -324,7 +319,7 @@ async def link(src: Path, dst: Path, *, src_dir_fd: int | None = None,
             _encode(dst, "link", "dst"), flags)
     fallback = functools.partial(os.link, src, dst, src_dir_fd=src_dir_fd,
                                  dst_dir_fd=dst_dir_fd, follow_symlinks=follow_symlinks)
-    await _call(lib.IORING_OP_LINKAT, fallback, lib.aior_prep_linkat, args,
+    await _call(_binding.OP_LINKAT, fallback, _binding.prep_linkat, args,
                 finish=_finish_none, filename=src, filename2=dst)
 
 
@@ -333,7 +328,7 @@ async def symlink(src: Path, dst: Path, target_is_directory: bool = False, *,
     """os.symlink through IORING_OP_SYMLINKAT (target_is_directory matters on Windows only)."""
     args = (_encode(src, "symlink", "src"), _dir_fd(dir_fd), _encode(dst, "symlink", "dst"))
     fallback = functools.partial(os.symlink, src, dst, target_is_directory, dir_fd=dir_fd)
-    await _call(lib.IORING_OP_SYMLINKAT, fallback, lib.aior_prep_symlinkat, args,
+    await _call(_binding.OP_SYMLINKAT, fallback, _binding.prep_symlinkat, args,
                 finish=_finish_none, filename=src, filename2=dst)
 
 
@@ -348,7 +343,7 @@ async def fallocate(fd: int, mode: int, offset: int, length: int) -> None:
             raise OSError(95, os.strerror(95))  # EOPNOTSUPP: os has only posix_fallocate
         os.posix_fallocate(fd, offset, length)
 
-    await _call(lib.IORING_OP_FALLOCATE, fallback, lib.aior_prep_fallocate,
+    await _call(_binding.OP_FALLOCATE, fallback, _binding.prep_fallocate,
                 (fd, mode, offset, length), finish=_finish_none)
 
 
@@ -356,6 +351,6 @@ async def ftruncate(fd: int, length: int) -> None:
     """os.ftruncate through IORING_OP_FTRUNCATE (Linux 6.9; the executor before)."""
     fd = check_fd(fd)
     length = check_size(length)
-    await _call(lib.AIOR_OP_FTRUNCATE, functools.partial(os.ftruncate, fd, length),
-                lib.aior_prep_rw, (lib.AIOR_OP_FTRUNCATE, fd, ffi.NULL, 0, length, 0),
+    await _call(_binding.OP_FTRUNCATE, functools.partial(os.ftruncate, fd, length),
+                _binding.prep_rw, (_binding.OP_FTRUNCATE, fd, _binding.NULL, 0, length, 0),
                 finish=_finish_none)

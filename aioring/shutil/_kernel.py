@@ -28,8 +28,7 @@ from collections import deque
 from collections.abc import Awaitable, Iterable
 from typing import Any, TypeVar
 
-from .. import _ops
-from .._liburing import lib
+from .. import _binding, _ops
 from .._ops import result
 from .._pathops import _FS_ENCODING, _FS_ERRORS
 from .._ring import Op, get_ring
@@ -47,8 +46,8 @@ SPLICE_LANES = 2
 # The read/write copy's buffer at most.
 RW_CHUNK = 1 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
-_PREP_UNLINKAT = lib.aior_prep_unlinkat
-_AT_REMOVEDIR = lib.AT_REMOVEDIR
+_PREP_UNLINKAT = _binding.prep_unlinkat
+_AT_REMOVEDIR = _binding.AT_REMOVEDIR
 # What a splice answers for a file system that cannot splice: read and write instead.
 _NO_SPLICE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF})
 
@@ -193,8 +192,8 @@ async def _read_write(src_fd: int, dst_fd: int, size: int) -> None:
 async def _splice(fd_in: int, off_in: int, fd_out: int, off_out: int, nbytes: int) -> int:
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
-    op = ring.start(loop, lib.aior_prep_splice,
-                    (fd_in, off_in, fd_out, off_out, nbytes, lib.SPLICE_F_MOVE, 0), None, None)
+    op = ring.start(loop, _binding.prep_splice,
+                    (fd_in, off_in, fd_out, off_out, nbytes, _binding.SPLICE_F_MOVE, 0), None, None)
     return await result(ring, op)
 
 

@@ -1,0 +1,106 @@
+"""L0: the binding's Python side, the one module that imports ``aioring._liburing``.
+
+The C it names is in ``src/binding_api.h`` (what each helper takes and
+returns) and ``src/binding.cdef`` (the constants); ``_build_cffi.py`` builds
+it.  Above this module nothing sees ``ffi`` or ``lib``: it gets
+
+- opcodes (``OP_*``) and flags, as ints;
+- prep functions (``prep_*``): each gets, prepares and tags one SQE when
+  the ring calls it as ``prep(ring, *args, user_data)``, returning 0 or
+  -errno.  Callers hand them, with their ``args``, to ``Ring.start`` without
+  calling them; they are the binding's own objects (cffi functions), so
+  that the core calls them without a Python frame between;
+- a few calls whose C result needs converting (``statx_fields``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ._liburing import ffi, lib
+
+Prep = Callable[..., int]
+
+# A pointer argument given no buffer (a prep function's `addr`, say).
+NULL: Any = ffi.NULL
+
+# ---- how this build linked liburing (_build_liburing.py) -------------------
+LIBURING_VERSION: tuple[int, int] | None = (
+    (lib.AIOR_LIBURING_MAJOR, lib.AIOR_LIBURING_MINOR) if lib.AIOR_LIBURING_MAJOR else None)
+LIBURING_STATIC: bool = bool(lib.AIOR_LIBURING_STATIC)
+
+# ---- ring features and setup flags ------------------------------------------
+FEAT_NODROP: int = lib.IORING_FEAT_NODROP
+FEAT_FAST_POLL: int = lib.IORING_FEAT_FAST_POLL
+FEAT_RW_CUR_POS: int = lib.IORING_FEAT_RW_CUR_POS
+SETUP_SUBMIT_ALL: int = lib.IORING_SETUP_SUBMIT_ALL
+SETUP_COOP_TASKRUN: int = lib.IORING_SETUP_COOP_TASKRUN
+SETUP_TASKRUN_FLAG: int = lib.IORING_SETUP_TASKRUN_FLAG
+
+# ---- opcodes ----------------------------------------------------------------
+OP_OPENAT: int = lib.IORING_OP_OPENAT
+OP_CLOSE: int = lib.IORING_OP_CLOSE
+OP_STATX: int = lib.IORING_OP_STATX
+OP_UNLINKAT: int = lib.IORING_OP_UNLINKAT
+OP_RENAMEAT: int = lib.IORING_OP_RENAMEAT
+OP_MKDIRAT: int = lib.IORING_OP_MKDIRAT
+OP_LINKAT: int = lib.IORING_OP_LINKAT
+OP_SYMLINKAT: int = lib.IORING_OP_SYMLINKAT
+OP_FALLOCATE: int = lib.IORING_OP_FALLOCATE
+OP_FTRUNCATE: int = lib.AIOR_OP_FTRUNCATE  # Linux 6.9; newer than liburing's enum
+
+
+def opcodes() -> dict[str, int]:
+    """Every opcode the binding names: name (without IORING_OP_) -> number."""
+    names = {}
+    for name in dir(lib):
+        for prefix in ("IORING_OP_", "AIOR_OP_"):
+            if name.startswith(prefix) and name != "IORING_OP_LAST":  # (the enum's end)
+                names[name[len(prefix):]] = int(getattr(lib, name))
+    return names
+
+
+# ---- flags of the path and splice operations --------------------------------
+AT_FDCWD: int = lib.AT_FDCWD
+AT_EMPTY_PATH: int = lib.AT_EMPTY_PATH
+AT_SYMLINK_NOFOLLOW: int = lib.AT_SYMLINK_NOFOLLOW
+AT_REMOVEDIR: int = lib.AT_REMOVEDIR
+STATX_BASIC_STATS: int = lib.STATX_BASIC_STATS
+SPLICE_F_MOVE: int = lib.SPLICE_F_MOVE
+
+# ---- prep functions ---------------------------------------------------------
+prep_rw: Prep = lib.aior_prep_rw
+prep_openat: Prep = lib.aior_prep_openat
+prep_close: Prep = lib.aior_prep_close
+prep_statx: Prep = lib.aior_prep_statx
+prep_unlinkat: Prep = lib.aior_prep_unlinkat
+prep_renameat: Prep = lib.aior_prep_renameat
+prep_mkdirat: Prep = lib.aior_prep_mkdirat
+prep_linkat: Prep = lib.aior_prep_linkat
+prep_symlinkat: Prep = lib.aior_prep_symlinkat
+prep_fallocate: Prep = lib.aior_prep_fallocate
+prep_splice: Prep = lib.aior_prep_splice
+
+# ---- calls done at once -----------------------------------------------------
+# open_now(dfd, path: bytes, flags) -> fd, or -errno (-EAGAIN: it could wait).
+open_now: Callable[[int, bytes, int], int] = lib.aior_open_now
+
+_STATX = ffi.typeof("struct statx *")
+_I64_16 = ffi.typeof("int64_t[16]")
+
+
+def new_statx() -> Any:
+    """A zeroed ``struct statx`` for prep_statx to fill; the caller keeps it
+    (as the op's `keep`) until the request's CQE."""
+    return ffi.new(_STATX)
+
+
+def statx_fields(buf: Any) -> list[int]:
+    """The 16 numbers an os.stat_result is made of, from a filled statx:
+    mode, ino, dev, nlink, uid, gid, size, then atime, mtime and ctime each
+    as seconds and nanoseconds, then blksize, blocks, rdev.  Each is C's
+    int64_t: the unsigned ones past 2**63 come back negative."""
+    fields = ffi.new(_I64_16)
+    lib.aior_statx_fields(buf, fields)
+    return ffi.unpack(fields, 16)
