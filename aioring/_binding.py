@@ -20,7 +20,8 @@ from typing import Any
 
 from ._liburing import ffi, lib
 
-Prep = Callable[..., int]
+Prep = Callable[..., int]  # prep(ring, *args, user_data) -> 0 or -errno
+Sync = Callable[..., int]  # sync(*args) -> what the CQE would carry
 
 # A pointer argument given no buffer (a prep function's `addr`, say).
 NULL: Any = ffi.NULL
@@ -39,6 +40,21 @@ SETUP_COOP_TASKRUN: int = lib.IORING_SETUP_COOP_TASKRUN
 SETUP_TASKRUN_FLAG: int = lib.IORING_SETUP_TASKRUN_FLAG
 
 # ---- opcodes ----------------------------------------------------------------
+OP_READ: int = lib.IORING_OP_READ
+OP_WRITE: int = lib.IORING_OP_WRITE
+OP_READV: int = lib.IORING_OP_READV
+OP_WRITEV: int = lib.IORING_OP_WRITEV
+OP_FSYNC: int = lib.IORING_OP_FSYNC
+OP_POLL_ADD: int = lib.IORING_OP_POLL_ADD
+OP_ASYNC_CANCEL: int = lib.IORING_OP_ASYNC_CANCEL
+OP_SEND: int = lib.IORING_OP_SEND
+OP_RECV: int = lib.IORING_OP_RECV
+OP_SENDMSG: int = lib.IORING_OP_SENDMSG
+OP_RECVMSG: int = lib.IORING_OP_RECVMSG
+OP_ACCEPT: int = lib.IORING_OP_ACCEPT
+OP_CONNECT: int = lib.IORING_OP_CONNECT
+OP_SPLICE: int = lib.IORING_OP_SPLICE
+OP_SHUTDOWN: int = lib.IORING_OP_SHUTDOWN
 OP_OPENAT: int = lib.IORING_OP_OPENAT
 OP_CLOSE: int = lib.IORING_OP_CLOSE
 OP_STATX: int = lib.IORING_OP_STATX
@@ -61,7 +77,12 @@ def opcodes() -> dict[str, int]:
     return names
 
 
-# ---- flags of the path and splice operations --------------------------------
+# ---- flags of the operations -------------------------------------------------
+IOSQE_ASYNC: int = lib.IOSQE_ASYNC
+FSYNC_DATASYNC: int = lib.IORING_FSYNC_DATASYNC
+MSG_NOSIGNAL: int = lib.MSG_NOSIGNAL
+MSG_WAITALL: int = lib.MSG_WAITALL
+SOCK_CLOEXEC: int = lib.SOCK_CLOEXEC
 AT_FDCWD: int = lib.AT_FDCWD
 AT_EMPTY_PATH: int = lib.AT_EMPTY_PATH
 AT_SYMLINK_NOFOLLOW: int = lib.AT_SYMLINK_NOFOLLOW
@@ -71,6 +92,12 @@ SPLICE_F_MOVE: int = lib.SPLICE_F_MOVE
 
 # ---- prep functions ---------------------------------------------------------
 prep_rw: Prep = lib.aior_prep_rw
+prep_rw_sqe: Prep = lib.aior_prep_rw_sqe
+prep_poll: Prep = lib.aior_prep_poll
+prep_msg: Prep = lib.aior_prep_msg
+prep_accept: Prep = lib.aior_prep_accept
+prep_connect: Prep = lib.aior_prep_connect
+prep_shutdown: Prep = lib.aior_prep_shutdown
 prep_openat: Prep = lib.aior_prep_openat
 prep_close: Prep = lib.aior_prep_close
 prep_statx: Prep = lib.aior_prep_statx
@@ -81,6 +108,34 @@ prep_linkat: Prep = lib.aior_prep_linkat
 prep_symlinkat: Prep = lib.aior_prep_symlinkat
 prep_fallocate: Prep = lib.aior_prep_fallocate
 prep_splice: Prep = lib.aior_prep_splice
+
+# ---- the threads backend's system calls ---------------------------------------
+# One per prep function, with its arguments less the ring and the tag,
+# returning what the CQE would carry (a count, or -errno).
+sync_rw: Sync = lib.aior_sync_rw
+sync_rw_sqe: Sync = lib.aior_sync_rw_sqe
+sync_msg: Sync = lib.aior_sync_msg
+sync_openat: Sync = lib.aior_sync_openat
+sync_close: Sync = lib.aior_sync_close
+sync_statx: Sync = lib.aior_sync_statx
+sync_unlinkat: Sync = lib.aior_sync_unlinkat
+sync_renameat: Sync = lib.aior_sync_renameat
+sync_mkdirat: Sync = lib.aior_sync_mkdirat
+sync_linkat: Sync = lib.aior_sync_linkat
+sync_symlinkat: Sync = lib.aior_sync_symlinkat
+sync_fallocate: Sync = lib.aior_sync_fallocate
+sync_accept: Sync = lib.aior_sync_accept
+sync_connect: Sync = lib.aior_sync_connect
+sync_splice: Sync = lib.aior_sync_splice
+sync_shutdown: Sync = lib.aior_sync_shutdown
+# Stopping a worker's blocked call (src/binding_api.h): stop_signal_setup(sig)
+# once, begin(request) and end() around each call, stop_request(thread, sig,
+# request) from the canceller; fd_may_block(fd) -> 0 when a call cannot block.
+stop_signal_setup: Callable[[int], int] = lib.aior_stop_signal_setup
+begin: Callable[[int], None] = lib.aior_begin
+end: Callable[[], None] = lib.aior_end
+stop_request: Callable[[int, int, int], int] = lib.aior_stop_request
+fd_may_block: Callable[[int], int] = lib.aior_fd_may_block
 
 # ---- calls done at once -----------------------------------------------------
 # open_now(dfd, path: bytes, flags) -> fd, or -errno (-EAGAIN: it could wait).
