@@ -29,7 +29,8 @@ from typing import Any
 
 from . import __version__
 from ._liburing import lib
-from ._ring import _REQUIRED_OPS, Ring, chosen_backend
+from ._loops import chosen_backend
+from ._ring import _REQUIRED_OPS, Ring
 from ._threads import EMULATED
 
 # Ring features and setup flags aioring relies on or uses when present.

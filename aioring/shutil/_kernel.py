@@ -32,7 +32,8 @@ from .. import _ops
 from .._liburing import lib
 from .._ops import result
 from .._pathops import _FS_ENCODING, _FS_ERRORS
-from .._ring import Op, get_ring
+from .._loops import get_ring
+from .._ring import Op
 
 __all__ = ["Batch", "copy_data", "finished", "settle", "together"]
 
