@@ -28,7 +28,8 @@ import warnings
 from typing import Any
 
 from . import __version__, _binding
-from ._ring import _REQUIRED_OPS, Ring, chosen_backend
+from ._loops import chosen_backend
+from ._ring import _REQUIRED_OPS, Ring
 from ._threads import EMULATED
 
 # Ring features and setup flags aioring relies on or uses when present.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ._ring import chosen_backend, get_ring
+from ._loops import chosen_backend, get_ring
 
 __all__ = ["backend", "statistics"]
 

@@ -32,10 +32,11 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from . import _ring
+from . import _redelivery
 from ._liburing import ffi, lib
 from ._ops import MAX_RW, _yield_keeping, check_fd, pace, readable_buffer, result, writable_buffer
-from ._ring import Op, Ring, get_ring, os_error
+from ._loops import get_ring
+from ._ring import Op, Ring, os_error
 
 __all__ = ["sock_accept", "sock_connect", "sock_recv", "sock_recv_into", "sock_recvfrom",
            "sock_recvfrom_into", "sock_sendall", "sock_sendfile", "sock_sendto"]
@@ -267,8 +268,8 @@ async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
     nbytes = operator.index(nbytes)
     if nbytes < 0:
         raise ValueError("negative buffersize in recv")
-    if _ring._owed:
-        _ring._deliver_owed()  # a cancellation this task owes comes first, as in Ring.start
+    if _redelivery.owed:
+        _redelivery.deliver_owed()  # a cancellation this task owes comes first, as in Ring.start
     loop, ring = _ring_and_loop()
     if not nbytes:
         return b""  # as recv(0): nothing to wait for
@@ -295,8 +296,8 @@ async def sock_recv_into(sock: socket.socket, buf: Any) -> int:
     Raises what loop.sock_recv_into raises."""
     fd = check_socket(sock)
     check_mode(sock)
-    if _ring._owed:
-        _ring._deliver_owed()  # (before the export, which must not be left to the collector)
+    if _redelivery.owed:
+        _redelivery.deliver_owed()  # (before the export, which must not be left to the collector)
     loop, ring = _ring_and_loop()
     cbuf = writable_buffer(buf)
     n = min(len(cbuf), MAX_RW)
@@ -457,8 +458,8 @@ async def sock_sendall(sock: socket.socket, data: Any) -> None:
     loop's, and is never overtaken by a later send."""
     fd = check_socket(sock)
     check_mode(sock)
-    if _ring._owed:
-        _ring._deliver_owed()  # (before the export, which must not be left to the collector)
+    if _redelivery.owed:
+        _redelivery.deliver_owed()  # (before the export, which must not be left to the collector)
     cbuf = readable_buffer(data)
     turn = None
     if fd in _send_turns:  # an earlier send of this socket is still out: after it

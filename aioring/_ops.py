@@ -26,8 +26,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ._liburing import ffi, lib
-from . import _ring
-from ._ring import Op, Ring, get_ring, os_error, ready
+from . import _loops, _redelivery
+from ._loops import get_ring
+from ._ring import Op, Ring, os_error, ready
 
 __all__ = ["aligned_buffer", "fsync", "read", "readinto", "result", "write"]
 
@@ -149,7 +150,7 @@ async def _yield_keeping() -> None:
     try:
         await asyncio.sleep(0)
     except asyncio.CancelledError as exc:
-        _ring._redeliver_later(exc)
+        _redelivery.redeliver_later(exc)
 
 
 # Whether the page-cache try pays is learnt per fd, as sockets learn it for
@@ -441,8 +442,8 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
     fd = check_fd(fd)
     size = check_size(size)
     offset = check_offset(offset)
-    if _ring._owed:
-        _ring._deliver_owed()
+    if _redelivery.owed:
+        _redelivery.deliver_owed()
     if offset < 0 and fd_state(fd)[2]:  # (an O_DIRECT fd: never tried at once)
         return await _read_aligned(fd, size, offset)
     loop = asyncio.get_running_loop()
@@ -518,8 +519,8 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
         fd = check_fd(fd)
     if type(offset) is not int or not -1 <= offset <= _OFF_MAX:
         offset = check_offset(offset)
-    if _ring._owed:
-        _ring._deliver_owed()  # a cancellation this task owes comes first, as in Ring.start
+    if _redelivery.owed:
+        _redelivery.deliver_owed()  # a cancellation this task owes comes first, as in Ring.start
     if offset >= 0:
         kind = type(buffer)
         if kind is bytearray:
@@ -550,7 +551,7 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     # The ring lookup and result() are written out here, which saves two
     # Python calls per read (measured: 2.5k instructions).
     loop = _get_running_loop()
-    ring = _ring._last()
+    ring = _loops._last()
     if ring is None or ring._loop_ref() is not loop or ring._closed:
         ring = get_ring(loop)
     # Exported last: from here on nothing raises before the ring owns it or
@@ -617,7 +618,7 @@ async def _rest(fut: asyncio.Future[int]) -> int:
         except asyncio.CancelledError as exc:
             owed = exc
     if owed is not None:
-        _ring._redeliver_later(owed)
+        _redelivery.redeliver_later(owed)
     return fut.result()
 
 
@@ -631,8 +632,8 @@ async def write(fd: int, data: Any, offset: int = -1) -> int:
     """
     fd = check_fd(fd)
     offset = check_offset(offset)
-    if _ring._owed:
-        _ring._deliver_owed()  # (before the export, which must not be left to the collector)
+    if _redelivery.owed:
+        _redelivery.deliver_owed()  # (before the export, which must not be left to the collector)
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
     cbuf = readable_buffer(data)

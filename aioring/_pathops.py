@@ -21,9 +21,10 @@ import sys
 from typing import Any
 from collections.abc import Callable
 
-from . import _binding, _ring
+from . import _binding, _redelivery
 from ._ops import _INT_MAX, _INT_MIN, _yield_keeping, check_fd, check_int, check_size, pace, result
-from ._ring import Op, Ring, get_ring, os_error
+from ._loops import get_ring
+from ._ring import Op, Ring, os_error
 
 __all__ = ["close", "fallocate", "ftruncate", "link", "lstat", "mkdir", "open", "rename", "replace", "rmdir",
            "stat", "symlink", "unlink"]
@@ -115,8 +116,8 @@ def _opened_now(dfd: int, encoded: bytes, flags: int, path: Any) -> int:
     would not yield otherwise."""
     if not _open_now[0]:
         return -1
-    if _ring._owed:
-        _ring._deliver_owed()
+    if _redelivery.owed:
+        _redelivery.deliver_owed()
     fd = _binding.open_now(dfd, encoded, flags)
     if fd >= 0:
         return fd

@@ -1,4 +1,4 @@
-"""L1: one io_uring per running event loop.
+"""L1: the io_uring of one event loop (``_loops`` makes one per running loop).
 
 What a reader of this module needs (docs/design.md has the whole picture:
 the invariants and the kernel behaviour they rely on):
@@ -36,11 +36,11 @@ the invariants and the kernel behaviour they rely on):
   written is lost) and the cancellation redelivered at the task's next await
   unless the task took it back.
 
-* **Closing drains** (cancel all, wait until the table is empty), and a ring
-  closes with its loop (``loop.close`` is wrapped on the instance).
+* **Closing drains** (cancel all, wait until the table is empty).
 
-* **Fork.**  A child clears the registry at fork and drops its copies of the
-  ring's mappings and fds without touching the parent's ring.
+* **Fork.**  In a child (``_loops`` abandons the parent's rings at fork) a
+  ring drops its copies of the mappings and fds without touching the
+  parent's ring.
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ import errno
 import os
 import sys
 import threading
-import warnings
 import weakref
 from collections import deque
 from typing import Any
@@ -59,8 +58,9 @@ from collections.abc import Callable
 
 from ._core import Core, Op
 from ._liburing import ffi, lib
+from ._redelivery import deliver_owed, owed, redeliver_later
 
-__all__ = ["DEFAULT_ENTRIES", "Op", "Ring", "close_ring", "get_ring", "os_error", "ready"]
+__all__ = ["DEFAULT_ENTRIES", "Op", "Ring", "os_error", "ready", "setup_error"]
 
 DEFAULT_ENTRIES = 256
 # How many more operations the task whose first operation of an iteration
@@ -306,14 +306,14 @@ class Ring:
         The ring owns `keep` from this call on, also when it raises: an
         export (not a tuple) is released once nothing touches it.
         """
-        if self._closed or _owed:
+        if self._closed or owed:
             # Nothing is submitted: what the call would have touched is let
             # go now (an export left to the garbage collector can crash
             # CPython before 3.13: a memoryview's tp_clear under an export).
             try:
                 if self._closed:
                     raise RuntimeError("this io_uring is closed")
-                _deliver_owed()
+                deliver_owed()
             except BaseException:
                 if keep is not None and type(keep) is not tuple:
                     ffi.release(keep)
@@ -627,7 +627,7 @@ class Ring:
         Raises `exc` when the operation did not happen (cancelled in time, or
         never submitted).  When it completed anyway its result is returned, so
         that nothing the kernel already did is lost, and the cancellation is
-        delivered again at the task's next await (see _redeliver).
+        delivered again at the task's next await (see _redelivery).
         """
         if self.withdraw(op):
             raise exc  # the kernel never saw it
@@ -656,7 +656,7 @@ class Ring:
                 result = res if op.finish is None else op.finish(op, res)
             finally:
                 _release(op)
-        _redeliver_later(exc)
+        redeliver_later(exc)
         return result
 
     def abandon(self, op: Op) -> None:
@@ -749,7 +749,6 @@ class Ring:
         if loop is not None and loop.is_running() and threading.get_ident() != self._owner[1]:
             raise RuntimeError("a running loop's io_uring can only be closed from the loop's thread")
         self._closed = True
-        _forget(self)
         if loop is not None and not loop.is_closed():
             loop.remove_reader(self._efd)
         if self._flush_handle is not None:
@@ -831,115 +830,14 @@ class Ring:
             self._drop(op, -errno.ECANCELED)
 
 
-# Tasks that swallowed a cancellation to return a late result, and still owe
-# it: (message, Task.cancelling() then).  Their next ring operation raises it
-# instead of being submitted, or, if the task awaits something else first,
-# _redeliver cancels it again on the next loop iteration.  Without the first
-# rule a task whose every operation completes anyway (page-cache reads) would
-# never see its cancellation.
-_owed: dict[asyncio.Task[Any], tuple[Any, int | None]] = {}
+# Ops of a ring whose drain failed: their memory is never freed.
+_kept_forever: list[Op] = []
 
 
-def _redeliver_later(exc: asyncio.CancelledError) -> None:
-    """The current task swallowed `exc` to return a late result: it owes it."""
-    task = asyncio.current_task()
-    if task is None:
-        return
-    cancelling = getattr(task, "cancelling", None)  # 3.11+
-    pending = cancelling() if cancelling is not None else None
-    msg = exc.args[0] if exc.args else None
-    _owed[task] = (msg, pending)
-    task.get_loop().call_soon(_redeliver, task, msg, pending)
-
-
-def _deliver_owed() -> None:
-    """In Ring.start: raise the cancellation the current task owes, if any
-    (unless it took it back meanwhile), before anything is submitted."""
-    task = asyncio.current_task()
-    if task is None or task not in _owed:
-        return
-    msg, pending = _owed.pop(task)
-    if pending is not None and getattr(task, "cancelling")() < pending:  # noqa: B009
-        return  # uncancelled meanwhile, e.g. by the timeout block it left
-    raise asyncio.CancelledError(msg) if msg is not None else asyncio.CancelledError()
-
-
-def _redeliver(task: asyncio.Task[Any], msg: Any, pending: int | None) -> None:
-    if _owed.pop(task, None) is None:
-        return  # raised by the task's next operation already
-    if task.done():
-        return  # it finished with the result: nothing left to cancel
-    if pending is not None:  # 3.11+: Task.cancelling and Task.uncancel exist
-        if getattr(task, "cancelling")() < pending:  # noqa: B009
-            return  # uncancelled meanwhile, e.g. by the timeout block it left
-        getattr(task, "uncancel")()  # noqa: B009 - one request, delivered once
-    task.cancel(msg)
-
-
-# ---------------------------------------------------------------- registry
-_kept_forever: list[Op] = []  # ops of a ring whose drain failed: their memory is never freed
-_lock = threading.RLock()  # (get_ring closes a ring it failed to register under it)
-# Each loop keeps its ring (as loop._aioring_ring); the registry and the
-# ring found last refer to rings weakly.  A ring's operations refer to their
-# loop through their futures: a strong reference to the ring from here would
-# keep a loop dropped without close() alive for ever, and its ring with it.
-_rings: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.ref[Ring]] = \
-    weakref.WeakKeyDictionary()
-
-
-def _no_ring() -> None:
-    return None
-
-
-# The ring found last: one call and one attribute check on the hot path.
-_last: Callable[[], Ring | None] = _no_ring
-
-
-def _ring_of(loop: asyncio.AbstractEventLoop) -> Ring | None:
-    ref = _rings.get(loop)
-    return ref() if ref is not None else None
-
-
-# The backend of this process, chosen at its first ring: "io_uring", or
-# "threads" (see _threads) where the kernel refuses io_uring, or as the
-# AIORING_BACKEND environment variable says.
-_backend: str | None = None
-_backend_lock = threading.Lock()
-_BACKENDS = ("io_uring", "threads")
-
-
-def chosen_backend() -> str:
-    """The backend of this process: chosen once, at the first call."""
-    global _backend
-    if _backend is None:
-        with _backend_lock:
-            if _backend is None:
-                _backend = _choose_backend()
-    return _backend
-
-
-def _choose_backend() -> str:
-    wanted = os.environ.get("AIORING_BACKEND", "").strip().lower()
-    if wanted and wanted not in _BACKENDS:
-        raise ValueError(f"AIORING_BACKEND must be 'io_uring' or 'threads', not {wanted!r}")
-    if wanted == "threads":
-        return "threads"
-    error = _setup_error()
-    if error is None:
-        return "io_uring"
-    if wanted == "io_uring" or error.errno in (errno.EMFILE, errno.ENFILE):
-        # Asked for, or out of fds for now: that is no reason to settle for threads.
-        raise OSError(error.errno, f"io_uring is not available: {error.strerror}")
-    warnings.warn(f"aioring: io_uring is not available here ({error.strerror}, errno "
-                  f"{errno.errorcode.get(error.errno or 0, error.errno)}); file, socket and pipe "
-                  "I/O goes through threads and the event loop instead (AIORING_BACKEND=threads "
-                  "says so without this warning)", RuntimeWarning, stacklevel=4)
-    return "threads"
-
-
-def _setup_error() -> OSError | None:
+def setup_error() -> OSError | None:
     """Set up and tear down a tiny ring: None when io_uring works here as a
-    Ring needs it, else why not."""
+    Ring needs it, else why not (what the registry asks when it picks
+    the backend)."""
     ring = ffi.new("struct io_uring *")
     out = ffi.new("unsigned[3]")
     ret = lib.aior_setup(ring, 2, 0, 0, out, out + 1, out + 2)
@@ -958,95 +856,3 @@ def _setup_error() -> OSError | None:
         return None
     finally:
         lib.io_uring_queue_exit(ring)
-
-
-def get_ring(loop: asyncio.AbstractEventLoop | None = None, *, entries: int | None = None) -> Ring:
-    """The ring of `loop` (default: the running loop), made on first use.
-
-    `entries` sizes the submission queue of a ring made by this call (the
-    completion queue holds twice as many); it is ignored for an existing ring.
-    """
-    global _last
-    if loop is None:
-        loop = asyncio.get_running_loop()
-    ring = _last()
-    if ring is not None and ring._loop_ref() is loop and not ring._closed:
-        return ring
-    ring = _ring_of(loop)
-    if ring is None or ring._closed:
-        with _lock:
-            ring = _ring_of(loop)
-            if ring is None or ring._closed:
-                if loop.is_closed():
-                    raise RuntimeError("Event loop is closed")
-                ring = None
-                try:  # (an interrupt part-way leaves no ring behind)
-                    if chosen_backend() == "threads":
-                        from ._threads import ThreadRing
-                        ring = ThreadRing(loop, DEFAULT_ENTRIES if entries is None else entries)
-                    else:
-                        ring = Ring(loop, DEFAULT_ENTRIES if entries is None else entries)
-                    _rings[loop] = weakref.ref(ring)
-                    loop._aioring_ring = ring  # type: ignore[attr-defined]
-                    _wrap_loop_close(loop)
-                except BaseException:
-                    if ring is not None:
-                        _rings.pop(loop, None)
-                        ring.close()
-                    raise
-    _last = weakref.ref(ring)
-    return ring
-
-
-def close_ring(loop: asyncio.AbstractEventLoop | None = None) -> None:
-    """Close the ring of `loop` (default: the running loop), draining it first."""
-    if loop is None:
-        loop = asyncio.get_running_loop()
-    ring = _ring_of(loop)
-    if ring is not None:
-        ring.close()
-
-
-def _forget(ring: Ring) -> None:
-    global _last
-    loop = ring._loop_ref()
-    with _lock:
-        if loop is not None and _ring_of(loop) is ring:
-            del _rings[loop]
-            loop._aioring_ring = None  # type: ignore[attr-defined]
-        if _last() is ring:
-            _last = _no_ring
-
-
-def _wrap_loop_close(loop: asyncio.AbstractEventLoop) -> None:
-    """Make loop.close() drain and close the loop's ring first (once per loop)."""
-    if getattr(loop, "_aioring_close_wrapped", False):
-        return
-    original = loop.close
-
-    def close() -> None:
-        # (The ring as the loop keeps it: found when the collector finalizes
-        # a loop dropped without close(), once weak references to it are gone.)
-        ring = getattr(loop, "_aioring_ring", None)
-        try:
-            if ring is not None and not loop.is_running():
-                ring.close()
-        finally:
-            original()
-
-    loop.close = close  # type: ignore[method-assign]
-    loop._aioring_close_wrapped = True  # type: ignore[attr-defined]
-
-
-def _after_fork_in_child() -> None:
-    global _last, _lock
-    _lock = threading.RLock()  # another thread may have held it at the fork
-    rings = [ref() for ref in _rings.values()]
-    _rings.clear()
-    _last = _no_ring
-    for ring in rings:
-        if ring is not None:
-            ring._abandon()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -52,7 +52,8 @@ from ._net import check_socket, sock_connect
 from ._ops import MAX_RW, check_fd, pace
 from ._ring import _DONE as _OP_DONE
 from ._ring import _WAITING as _OP_WAITING
-from ._ring import Op, get_ring, os_error, ready
+from ._loops import get_ring
+from ._ring import Op, os_error, ready
 
 if TYPE_CHECKING:
     from . import _tls  # (imported when a connection asks for TLS: ssl is not light)

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._liburing import lib
-from ._ring import _DONE, _SUBMITTED, DEFAULT_ENTRIES, Op, Ring, _forget, _kept_forever
+from ._ring import _DONE, _SUBMITTED, DEFAULT_ENTRIES, Op, Ring, _kept_forever
 
 __all__ = ["EMULATED", "ThreadRing", "opcode_of", "run_in_worker"]
 
@@ -470,7 +470,6 @@ class ThreadRing(Ring):
             raise RuntimeError("a running loop's io_uring can only be closed from the loop's thread")
         with self._wake_lock:
             self._closed = True
-        _forget(self)
         if loop is not None and not loop.is_closed():
             loop.remove_reader(self._efd)
         if self._flush_handle is not None:

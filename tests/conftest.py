@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from aioring import _ops, _ring
+from aioring import _loops, _ops
 
 LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.SelectorEventLoop,
@@ -44,8 +44,8 @@ def aioring_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
     """The backend of the rings the test makes ("io_uring" or "threads")."""
     name: str = request.param
     if name == "auto":
-        return _ring.chosen_backend()
-    monkeypatch.setattr(_ring, "_backend", name)
+        return _loops.chosen_backend()
+    monkeypatch.setattr(_loops, "_backend", name)
     return name
 
 

@@ -18,7 +18,7 @@ import pytest
 
 import aioring
 import aioring.os
-from aioring import _ring
+from aioring import _loops
 from aioring._liburing import lib
 from aioring._threads import EMULATED
 
@@ -142,7 +142,7 @@ def test_a_bad_aioring_backend_value_is_a_value_error():
 async def test_opcodes_the_kernel_lacks_fall_back_one_by_one(disk_dir, socks):
     """A ring whose kernel lacks opcodes makes just those requests as system
     calls (in workers); the rest still go through the kernel."""
-    ring = _ring.get_ring()
+    ring = _loops.get_ring()
     lacking = {lib.IORING_OP_OPENAT, lib.IORING_OP_STATX, lib.IORING_OP_RECV, lib.IORING_OP_SEND,
                lib.IORING_OP_WRITE}
     ring._lacking = frozenset(lacking)

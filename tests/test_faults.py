@@ -35,7 +35,7 @@ import uvloop
 
 import aioring
 import aioring.os
-from aioring import _ring
+from aioring import _loops
 
 FAULTS: collections.Counter[str] = collections.Counter()
 STORM_OPERATIONS = [0]  # operations started by the cancellation storms
@@ -205,7 +205,7 @@ async def test_cancellation_storm_on_file_reads_and_writes(file_content, disk_di
     nblocks = 600
     out = closing(os.open(out_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
     os.ftruncate(out, nblocks * block)
-    _ring.get_ring(entries=8)
+    _loops.get_ring(entries=8)
     rng = random.Random(1)
     blocks = list(range(nblocks))
     rng.shuffle(blocks)
@@ -453,7 +453,7 @@ async def test_cancellation_storm_on_sockets_and_streams(closing):
 # ================================================ tiny rings, big loads
 async def _many_file_ops(path: str, content: bytes, out_path: str, n: int, entries: int) -> None:
     """n reads and writes gathered at once on a ring of `entries` (a CQ of twice that)."""
-    ring = _ring.get_ring(entries=entries)
+    ring = _loops.get_ring(entries=entries)
     assert ring.cq_entries <= 2 * entries
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     out = os.open(out_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -512,7 +512,7 @@ async def test_pipe_reads_and_writes_gathered_beyond_the_completion_queue(closin
     """Reads and writes of 64 pipes gathered in a random order on a ring whose
     CQ holds 4: a read that waits for its write must not keep that write from
     ever being submitted.  Every read gets its write's bytes."""
-    _ring.get_ring(entries=2)
+    _loops.get_ring(entries=2)
     rng = random.Random(13)
     pipes = [(closing(r), closing(w)) for r, w in (os.pipe2(os.O_CLOEXEC) for _ in range(64))]
     done = [0]
@@ -540,7 +540,7 @@ async def test_completion_queue_overflow_and_a_full_sq_of_cancels(closing):
     its own bytes.  Then 150 receives are cancelled in one iteration (their
     cancels overflow the SQ): each ends cancelled or with data, nothing is
     lost, and the cancelled buffers are never touched."""
-    _ring.get_ring(entries=1)
+    _loops.get_ring(entries=1)
     pairs = [tuple(map(closing, socket.socketpair())) for _ in range(150)]
     raw, streamed = pairs[:100], pairs[100:]
     streams = [await aioring.open_connection(sock=a) for a, _ in streamed]
@@ -970,7 +970,7 @@ def test_closing_the_loop_with_operations_in_flight(new_loop, file_content, loop
         return buf
 
     async def setup() -> list[asyncio.Task[Any]]:
-        _ring.get_ring(entries=4)
+        _loops.get_ring(entries=4)
         tasks = []
         for i, (r, _) in enumerate(pipes):
             tasks.append(asyncio.ensure_future(
@@ -1173,7 +1173,7 @@ async def test_fork_with_operations_in_flight(file_content, closing, ring_reads)
     path, content = file_content
     make_loop = _loop_kind()
     loop = asyncio.get_running_loop()
-    _ring.get_ring(entries=4)
+    _loops.get_ring(entries=4)
     forks = 4
     pipes = [tuple(map(closing, os.pipe2(os.O_CLOEXEC | (os.O_NONBLOCK if i % 2 else 0))))
              for i in range(forks + 1)]

@@ -16,7 +16,7 @@ import pytest
 import uvloop
 
 import aioring
-from aioring import _ring
+from aioring import _loops
 
 _STREAMS = {"ring": aioring, "asyncio": asyncio}
 
@@ -279,7 +279,7 @@ def test_a_loop_dropped_unclosed_with_operations_in_flight_goes_with_its_ring(ki
             return task
 
         loop.run_until_complete(start())
-        ring = _ring.get_ring(loop)
+        ring = _loops.get_ring(loop)
         return weakref.ref(loop), weakref.ref(ring), [ring._efd] + (
             [ring.fd] if aioring_backend == "io_uring" else [])
 

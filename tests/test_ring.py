@@ -13,7 +13,7 @@ import pytest
 import uvloop
 
 import aioring
-from aioring import _ring
+from aioring import _loops, _ring
 
 
 async def _until(condition, iterations: int = 1000) -> None:
@@ -56,7 +56,7 @@ def pipes():
 
 async def test_10000_concurrent_reads_through_a_ring_of_8(data_file, ring_reads):
     fd, content = data_file
-    ring = _ring.get_ring(entries=8)
+    ring = _loops.get_ring(entries=8)
     assert (ring.sq_entries, ring.cq_entries) == (8, 16)
     rng = random.Random(7)
     offsets = [rng.randrange(0, len(content)) for _ in range(10_000)]
@@ -72,7 +72,7 @@ async def test_10000_concurrent_reads_through_a_ring_of_8(data_file, ring_reads)
 
 
 async def test_reads_beyond_the_completion_queue_wait_and_none_is_lost(pipes):
-    ring = _ring.get_ring(entries=4)
+    ring = _loops.get_ring(entries=4)
     pairs = pipes(300)
     # (At an offset: reads at the fd's position may wait for a peer, and are
     # exempt from backpressure; the kernel ignores a pipe's offset.)
@@ -91,7 +91,7 @@ async def test_idle_stream_receives_never_hold_back_other_operations(data_file):
     idle connections than the completion queue holds, a file read still runs,
     and every receive still gets its data afterwards."""
     fd, content = data_file
-    ring = _ring.get_ring(entries=4)
+    ring = _loops.get_ring(entries=4)
     pairs = [socket.socketpair() for _ in range(3 * ring.cq_entries)]
     try:
         streams = [await aioring.open_connection(sock=a) for a, _ in pairs]
@@ -158,7 +158,7 @@ async def test_cancelled_twice_still_waits_for_the_kernel(pipe):
 
 
 async def test_cancelling_a_backpressured_operation_never_submits_it(pipes):
-    _ring.get_ring(entries=1)  # a completion queue of 2
+    _loops.get_ring(entries=1)  # a completion queue of 2
     (r1, w1), (r2, w2), (r3, w3) = pipes(3)
     first = asyncio.ensure_future(aioring.read(r1, 10, 0))  # at an offset: bounded
     second = asyncio.ensure_future(aioring.read(r2, 10, 0))
@@ -190,7 +190,7 @@ def test_closing_the_loop_with_reads_in_flight(new_loop, pipe, loop_errors):
     bufs = [bytearray(10) for _ in range(5)]
     tasks = [loop.create_task(aioring.readinto(r, b)) for b in bufs]
     loop.run_until_complete(asyncio.sleep(0))
-    ring = _ring.get_ring(loop)
+    ring = _loops.get_ring(loop)
     assert ring.statistics()["in_flight"] == 5
     loop.close()
     assert ring.closed
@@ -211,7 +211,7 @@ def test_run_ends_with_reads_in_flight(new_loop, pipe):
         background = [asyncio.ensure_future(aioring.read(r, 10)) for _ in range(3)]
         await _until(lambda: aioring.statistics()["in_flight"] == 3)
         assert not any(t.done() for t in background)
-        return _ring.get_ring()
+        return _loops.get_ring()
 
     with asyncio.Runner(loop_factory=new_loop) if hasattr(asyncio, "Runner") else _Runner(new_loop) as runner:
         ring = runner.run(main())
@@ -253,7 +253,7 @@ def test_ring_closes_with_its_loop_and_a_new_loop_gets_a_new_ring(new_loop):
 
 async def _current_ring():
     await aioring.fsync(os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
-    return _ring.get_ring()
+    return _loops.get_ring()
 
 
 # (3.12+ warns that fork() in a process with threads may deadlock: the
@@ -262,7 +262,7 @@ async def _current_ring():
 async def test_forked_child_gets_its_own_ring(pipe, data_file):
     r, w = pipe
     fd, content = data_file
-    parent_ring = _ring.get_ring()
+    parent_ring = _loops.get_ring()
     in_flight = asyncio.ensure_future(aioring.read(r, 100))
     await asyncio.sleep(0)
     pid = os.fork()
@@ -270,7 +270,7 @@ async def test_forked_child_gets_its_own_ring(pipe, data_file):
         status = 1
         try:
             async def child():
-                ring = _ring.get_ring()
+                ring = _loops.get_ring()
                 ok = ring is not parent_ring and parent_ring.closed is True
                 ok = ok and await aioring.read(fd, 64, 100) == content[100:164]
                 return ok
@@ -292,7 +292,7 @@ def test_loops_in_two_threads_get_their_own_rings(data_file):
 
     def run(name, runner):
         async def main():
-            ring = _ring.get_ring()
+            ring = _loops.get_ring()
             barrier.wait()  # both rings exist at once
             data = await aioring.read(fd, 1000, 5)
             barrier.wait()
@@ -406,7 +406,7 @@ async def test_a_late_result_is_returned_and_the_cancellation_still_arrives(pipe
 
 
 async def test_room_freed_inside_a_submit_releases_waiting_operations(pipes):
-    ring = _ring.get_ring(entries=2)  # a completion queue of 4
+    ring = _loops.get_ring(entries=2)  # a completion queue of 4
     (r1, w1), (r2, w2), (r3, w3) = pipes(3)
     reads = [asyncio.ensure_future(aioring.read(r, 10, 0)) for r in (r1, r2, r3)]  # at an offset: bounded
     first_write = asyncio.ensure_future(aioring.write(w1, b"a", 0))  # completes a read inside a submit
@@ -425,7 +425,7 @@ async def test_room_freed_inside_a_submit_releases_waiting_operations(pipes):
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_fork_while_the_registry_lock_is_held(data_file):
     fd, content = data_file
-    with _ring._lock:  # as if another thread were making a ring at the fork
+    with _loops._lock:  # as if another thread were making a ring at the fork
         pid = os.fork()
         if pid == 0:
             status = 1
@@ -441,8 +441,8 @@ def test_fork_while_the_registry_lock_is_held(data_file):
 
 
 async def test_a_closed_ring_refuses_new_operations():
-    ring = _ring.get_ring()
-    _ring.close_ring()
+    ring = _loops.get_ring()
+    _loops.close_ring()
     assert ring.closed
     with pytest.raises(RuntimeError):
         ring.start(asyncio.get_running_loop(), _ring.lib.aior_prep_rw,
@@ -454,11 +454,11 @@ async def test_a_closed_ring_refuses_new_operations():
 async def test_ring_takes_the_first_setup_flags_the_kernel_accepts(monkeypatch: pytest.MonkeyPatch) -> None:
     from aioring._liburing import lib
 
-    ring = _ring.get_ring()
+    ring = _loops.get_ring()
     assert ring.setup_flags & lib.IORING_SETUP_COOP_TASKRUN  # Linux 5.19+
-    _ring.close_ring()
+    _loops.close_ring()
     monkeypatch.setattr(_ring, "_SETUP_FLAGS", [1 << 30, 0])  # a flag no kernel has: EINVAL, then 0
-    ring = _ring.get_ring()
+    ring = _loops.get_ring()
     assert ring.setup_flags == 0
     fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
     try:
@@ -471,7 +471,7 @@ async def test_reads_waiting_for_their_writes_never_hold_the_writes_back(pipes):
     """Reads at the fd's position wait for a peer, so they are exempt from
     backpressure: 64 pipe reads gathered with their writes on a ring whose CQ
     holds 4 (on the threads backend: more than its workers) all complete."""
-    _ring.get_ring(entries=2)
+    _loops.get_ring(entries=2)
     pairs = pipes(64)
     reads = [aioring.read(r, 100) for r, _ in pairs]
     writes = [aioring.write(w, b"pipe %d" % i) for i, (_, w) in enumerate(pairs)]
@@ -547,7 +547,7 @@ def test_a_keyboard_interrupt_while_a_ring_is_made_leaves_no_fd(new_loop, func, 
     import inspect
     import sys
 
-    target_func = _ring.Ring.__init__ if func == "Ring.__init__" else _ring.get_ring
+    target_func = _ring.Ring.__init__ if func == "Ring.__init__" else _loops.get_ring
     source, first = inspect.getsourcelines(target_func)
     target = first + next(i for i, line in enumerate(source) if _SETUP_LINES[func][index] in line)
     code = target_func.__code__
@@ -566,11 +566,11 @@ def test_a_keyboard_interrupt_while_a_ring_is_made_leaves_no_fd(new_loop, func, 
     sys.settrace(tracer)
     try:
         with pytest.raises(KeyboardInterrupt):
-            _ring.get_ring(loop)
+            _loops.get_ring(loop)
     finally:
         sys.settrace(None)
     assert set(os.listdir("/proc/self/fd")) == fds
-    ring = _ring.get_ring(loop)  # a second try makes the ring
+    ring = _loops.get_ring(loop)  # a second try makes the ring
     assert not ring.closed
     loop.close()
     assert set(os.listdir("/proc/self/fd")) <= fds  # (the loop's own fds went too)

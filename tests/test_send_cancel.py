@@ -11,7 +11,7 @@ import socket
 import pytest
 
 import aioring
-from aioring import _ring
+from aioring import _loops, _ring
 
 
 def _pair(socks) -> tuple[socket.socket, socket.socket]:
@@ -90,7 +90,7 @@ async def test_cancelling_an_unsubmitted_send_takes_its_sqe_back(socks):
     """An op whose SQE is still in the SQ when its cancellation is handled is
     withdrawn (its SQE made a NOP), not cancelled afterwards."""
     loop = asyncio.get_running_loop()
-    ring = _ring.get_ring(loop)
+    ring = _loops.get_ring(loop)
     a, b = _pair(socks)
     _fill(a)
     flush = ring._flush_handle

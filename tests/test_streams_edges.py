@@ -14,7 +14,7 @@ import struct
 import pytest
 
 import aioring
-from aioring import _ring
+from aioring import _loops, _ring
 
 IMPLS = ["aioring", "asyncio"]
 
@@ -51,7 +51,7 @@ async def _cancel_ring_ops(exclude: set[int] = frozenset()) -> None:
     """Ask the kernel to drop every operation still in flight on this loop's
     ring, and wait until it did (cleanup after a test left some behind); the
     outcome nobody awaits any more is retrieved here."""
-    ring = _ring.get_ring(asyncio.get_running_loop())
+    ring = _loops.get_ring(asyncio.get_running_loop())
     ops = []
     for key, op in list(ring._ops.items()):
         if op is not _ring._CANCEL and key not in exclude:
@@ -286,7 +286,7 @@ async def test_a_closed_coroutine_leaves_its_buffer_with_the_kernel(socks, call)
     else:
         reader, writer = await aioring.open_connection(sock=a)
         coro = getattr(reader, call)(buf)
-    ring = _ring.get_ring(asyncio.get_running_loop())
+    ring = _loops.get_ring(asyncio.get_running_loop())
     before = set(ring._ops)
     coro.send(None)  # runs to its first suspension: the receive is submitted
     coro.close()
@@ -307,7 +307,7 @@ async def test_close_keeps_the_fd_while_a_dropped_receive_is_in_flight(socks):
     it".  A receive whose coroutine was closed is still in the kernel."""
     a, _b = _tcp_pair(socks)
     reader, writer = await aioring.open_connection(sock=a)
-    ring = _ring.get_ring(asyncio.get_running_loop())
+    ring = _loops.get_ring(asyncio.get_running_loop())
     before = set(ring._ops)
     coro = reader.read(100)
     coro.send(None)
@@ -337,7 +337,7 @@ async def test_a_closed_sendall_keeps_its_data_with_the_kernel(socks):
         except BlockingIOError:
             break
     data = bytearray(1 << 20)
-    ring = _ring.get_ring(asyncio.get_running_loop())
+    ring = _loops.get_ring(asyncio.get_running_loop())
     before = set(ring._ops)
     coro = aioring.sock_sendall(a, data)
     coro.send(None)
@@ -373,7 +373,7 @@ async def test_abort_with_a_send_in_flight_closes_once_the_kernel_let_go(socks, 
     assert await drainer is None
     with pytest.raises(ConnectionResetError, match="Connection lost"):
         await writer.drain()  # a drain after the connection was lost raises
-    assert _ring.get_ring(asyncio.get_running_loop())._ops == {}
+    assert _loops.get_ring(asyncio.get_running_loop())._ops == {}
     assert loop_errors == []
 
 

@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 from .. import _binding, _ops
 from .._ops import result
 from .._pathops import _FS_ENCODING, _FS_ERRORS
-from .._ring import Op, get_ring
+from .._loops import get_ring
+from .._ring import Op
 
 __all__ = ["Batch", "copy_data", "finished", "settle", "together"]
 
