@@ -227,7 +227,10 @@ async def _copyfile(src: Any, dst: Any, follow_symlinks: bool = True, meta: str 
     and only one that exists is looked at as shutil does: the same checks in
     the same order, one directory search instead of two, and no chmod."""
     sys.audit("shutil.copyfile", src, dst)
-    st_src = await _stat_or_none(src)
+    if isinstance(src, os.DirEntry) and src.is_file(follow_symlinks=False):
+        st_src = None  # a regular file by its directory entry: no stat needed to know it is no pipe
+    else:
+        st_src = await _stat_or_none(src)
     if st_src is not None and _stat.S_ISFIFO(st_src.st_mode):
         await _check_dst(src, dst, st_src)
     if not follow_symlinks and await _islink(src):

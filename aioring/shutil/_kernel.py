@@ -177,17 +177,27 @@ async def copy_data(src_fd: int, dst_fd: int, size: int) -> None:
 
 
 async def _read_write(src_fd: int, dst_fd: int, size: int) -> None:
-    buf = bytearray(min(size + 1, RW_CHUNK) if size < RW_CHUNK else RW_CHUNK)
+    """Read and write in turn.  The page cache's bytes are read at once
+    (read_now), the rest through the ring; a read shorter than asked that
+    reaches the size fstat gave is the end of the file (a file that grew
+    meanwhile is read on until a read returns nothing), which saves small
+    files a read."""
+    buf = bytearray(min(size + 1, RW_CHUNK))
     view = memoryview(buf)
+    room = len(buf)
     offset = 0
     while True:
-        got = await _ops.readinto(src_fd, buf, offset)
+        got = _ops.read_now(src_fd, buf, room, offset)
+        if got < 0:
+            got = await _ops.readinto(src_fd, buf, offset)
         if not got:
             return
         done = 0
         while done < got:
             done += await _ops.write(dst_fd, view[done:got], offset + done)
         offset += got
+        if got < room and offset >= size:
+            return
 
 
 async def _splice(fd_in: int, off_in: int, fd_out: int, off_out: int, nbytes: int) -> int:
