@@ -344,6 +344,64 @@ async def test_copyfileobj_async_files_and_fds(tree: str, disk_dir: str) -> None
             assert f.read() == want, suffix
 
 
+@pytest.mark.parametrize("size", [0, 5000, LARGE])
+async def test_copyfileobj_between_aioring_files_leaves_them_as_shutil(
+        disk_dir: str, size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Moved in the kernel: the same bytes, and both files at the positions
+    shutil.copyfileobj leaves the stdlib's files at (the source read ahead
+    into its buffer, the destination with writes of its own still buffered)."""
+    kernel_copies: list[int] = []
+    copy_data = _kernel.copy_data
+
+    async def counted(*args: Any) -> int:
+        kernel_copies.append(await copy_data(*args))
+        return kernel_copies[-1]
+
+    monkeypatch.setattr(_kernel, "copy_data", counted)
+    src = os.path.join(disk_dir, "src")
+    with open(src, "wb") as f:
+        f.write(os.urandom(size))
+    outs = {}
+    for kind in ("shutil", "aioring"):
+        out = outs[kind] = os.path.join(disk_dir, kind)
+        if kind == "shutil":
+            with open(src, "rb") as fsrc, open(out, "wb") as fdst:
+                fsrc.read(3)
+                fdst.write(b"head")
+                shutil.copyfileobj(fsrc, fdst)
+                want = (fsrc.tell(), fdst.tell(), fsrc.read(), fdst.write(b"tail"))
+        else:
+            async with aioring.open(src, "rb") as asrc, aioring.open(out, "wb") as adst:
+                await asrc.read(3)
+                await adst.write(b"head")
+                await ashutil.copyfileobj(asrc, adst)
+                got = (await asrc.tell(), await adst.tell(), await asrc.read(), await adst.write(b"tail"))
+    assert got == want
+    assert len(kernel_copies) == 1
+    with open(outs["shutil"], "rb") as f, open(outs["aioring"], "rb") as g:
+        assert f.read() == g.read()
+
+
+async def test_copyfileobj_between_fds_from_their_positions(disk_dir: str) -> None:
+    src, out = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "out")
+    data = os.urandom(LARGE)
+    with open(src, "wb") as f:
+        f.write(data)
+    src_fd, dst_fd = os.open(src, os.O_RDONLY), os.open(out, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.lseek(src_fd, 1000, os.SEEK_SET)
+        os.write(dst_fd, b"0123456789")
+        os.lseek(dst_fd, 5, os.SEEK_SET)
+        await ashutil.copyfileobj(src_fd, dst_fd)
+        positions = os.lseek(src_fd, 0, os.SEEK_CUR), os.lseek(dst_fd, 0, os.SEEK_CUR)
+        assert positions == (LARGE, 5 + LARGE - 1000)
+    finally:
+        os.close(src_fd)
+        os.close(dst_fd)
+    with open(out, "rb") as f:
+        assert f.read() == b"01234" + data[1000:]
+
+
 async def test_cancelled_copy_is_never_left_half_written(disk_dir: str) -> None:
     src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
     data = os.urandom(8 << 20)

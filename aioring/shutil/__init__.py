@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import errno
+import fcntl
 import functools
 import inspect
 import os
@@ -46,6 +47,7 @@ from typing import Any
 from .. import _ops, _pathops
 from . import _kernel
 from .._ring import Op
+from ..threadpool.binary import AsyncBufferedIOBase, AsyncBufferedReader, AsyncFileIO
 
 __all__ = ["COPY_BUFSIZE", "COPY_TASKS", "REMOVE_DIRS", "REMOVE_OPS", "Error", "ExecError", "ReadError",
            "RegistryError", "SameFileError", "SpecialFileError", "chown", "copy", "copy2", "copyfile",
@@ -111,19 +113,93 @@ class _FdEnd:
         return done
 
 
+# The async file classes whose data copyfileobj may move in the kernel.
+_RING_FILES = (AsyncBufferedReader, AsyncBufferedIOBase, AsyncFileIO)
+
+
+def _in_kernel(f: Any, write: bool) -> tuple[int, Any] | None:
+    """(fd, f's aioring file object or None) when copyfileobj may move the data
+    of `f` in the kernel: an fd, or an aioring binary file opened "rb" (or
+    "wb", "xb" as the destination: no read window or append of its own), of a
+    regular file that the fd may read (write at any offset: no O_APPEND); None
+    for anything else."""
+    if isinstance(f, int):
+        fd, obj = f, None
+    elif type(f) in _RING_FILES and f._raw is not None and not f.closed \
+            and f.mode in (("wb", "xb") if write else ("rb",)):
+        fd, obj = f.fileno(), f
+    else:
+        return None
+    try:
+        st = os.fstat(fd)
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    except OSError:
+        return None
+    access = flags & os.O_ACCMODE
+    if write:
+        ok = access in (os.O_WRONLY, os.O_RDWR) and not flags & (os.O_APPEND | os.O_DIRECT)
+    else:
+        ok = access in (os.O_RDONLY, os.O_RDWR) and not flags & os.O_DIRECT
+    return (fd, obj) if ok and _stat.S_ISREG(st.st_mode) else None
+
+
+async def _position(fd: int, obj: Any) -> int:
+    return os.lseek(fd, 0, os.SEEK_CUR) if obj is None else await obj.tell()
+
+
+async def _move_to(fd: int, obj: Any, pos: int) -> None:
+    if obj is None:
+        os.lseek(fd, pos, os.SEEK_SET)
+    else:
+        await obj.seek(pos)
+
+
+async def _copy_in_kernel(src: tuple[int, Any], dst: tuple[int, Any]) -> None:
+    """copyfileobj's copy between regular files by their fds: from the
+    source's position to its end, to the destination at its position,
+    leaving both where shutil.copyfileobj's reads and writes would (the source
+    at its end, nothing of it buffered; the destination after what it was
+    given, what it buffered before written first, in its place)."""
+    (src_fd, fsrc), (dst_fd, fdst) = src, dst
+    if fdst is not None:
+        await fdst.flush()
+    src_pos, dst_pos = await _position(src_fd, fsrc), await _position(dst_fd, fdst)
+    # What fsrc's buffer holds ahead of its position goes first, as read() would give it.
+    ahead = fsrc.raw.tell() - src_pos if isinstance(fsrc, AsyncBufferedReader) else 0
+    done = 0
+    if ahead > 0:
+        head = memoryview(await fsrc.read(ahead))
+        while done < len(head):
+            done += await _ops.write(dst_fd, head[done:], dst_pos + done)
+    size = max(os.fstat(src_fd).st_size - src_pos - done, 0)
+    done += await _kernel.copy_data(src_fd, dst_fd, size, src_pos + done, dst_pos + done)
+    await _move_to(src_fd, fsrc, src_pos + done)
+    await _move_to(dst_fd, fdst, dst_pos + done)
+
+
 async def copyfileobj(fsrc: Any, fdst: Any, length: int = 0) -> None:
     """shutil.copyfileobj: copy `fsrc` to `fdst` in chunks of `length` bytes
     (0: COPY_BUFSIZE; negative: all of it in one read).
 
     Either may be an async file object (aioring's, aiofiles', anything whose
     read and write are coroutines), a plain file object, or an fd (read and
-    written at its position).  The next chunk is read while the last one is
-    written.  Raises what their read and write raise."""
+    written at its position).  Between two regular files that are fds or
+    aioring binary files (the source opened "rb", the destination "wb" or
+    "xb"), the data moves in the kernel, as copyfile's, and both are left
+    where copyfileobj's reads and writes leave them; otherwise the next
+    chunk is read while the last one is written.  Raises what their read and
+    write raise."""
+    src = _in_kernel(fsrc, False)
+    dst = _in_kernel(fdst, True) if src is not None else None
+    if src is not None and dst is not None \
+            and not os.path.samestat(os.fstat(src[0]), os.fstat(dst[0])):
+        await _copy_in_kernel(src, dst)
+        return
     if not length:
         length = COPY_BUFSIZE
-    src = _FdEnd(fsrc) if isinstance(fsrc, int) else fsrc
-    dst = _FdEnd(fdst) if isinstance(fdst, int) else fdst
-    src_read, dst_write = src.read, dst.write
+    src_end = _FdEnd(fsrc) if isinstance(fsrc, int) else fsrc
+    dst_end = _FdEnd(fdst) if isinstance(fdst, int) else fdst
+    src_read, dst_write = src_end.read, dst_end.write
     buf = await _maybe_await(src_read(length))
     while buf:
         reading = asyncio.ensure_future(_maybe_await(src_read(length)))

@@ -163,21 +163,23 @@ class Batch:
                 self.ring.cancel(op)
 
 
-async def copy_data(src_fd: int, dst_fd: int, size: int) -> None:
-    """Copy the file open at `src_fd` (`size` bytes by its fstat, until its
-    end in fact) to offset 0 on of `dst_fd`.  Raises the kernel's OSError."""
+async def copy_data(src_fd: int, dst_fd: int, size: int, src_off: int = 0, dst_off: int = 0) -> int:
+    """Copy the file open at `src_fd` from `src_off` to its end (`size`
+    bytes from there by its fstat, until its end in fact) to `dst_fd` at
+    `dst_off`, neither fd's position used or moved; returns the bytes
+    copied.  Raises the kernel's OSError."""
     if size >= SPLICE_MIN:
         try:
-            await _splice_file(src_fd, dst_fd)
-            return
+            return await _splice_file(src_fd, src_off, dst_fd, dst_off - src_off)
         except OSError as exc:
             if exc.errno not in _NO_SPLICE:
                 raise
-    await _read_write(src_fd, dst_fd, size)
+    return await _read_write(src_fd, src_off, dst_fd, dst_off - src_off, size)
 
 
-async def _read_write(src_fd: int, dst_fd: int, size: int) -> None:
-    """Read and write in turn.  The page cache's bytes are read at once
+async def _read_write(src_fd: int, offset: int, dst_fd: int, shift: int, size: int) -> int:
+    """Read and write in turn, each byte of the source at `offset` written
+    `shift` further on.  The page cache's bytes are read at once
     (read_now), the rest through the ring; a read shorter than asked that
     reaches the size fstat gave is the end of the file (a file that grew
     meanwhile is read on until a read returns nothing), which saves small
@@ -185,19 +187,20 @@ async def _read_write(src_fd: int, dst_fd: int, size: int) -> None:
     buf = bytearray(min(size + 1, RW_CHUNK))
     view = memoryview(buf)
     room = len(buf)
-    offset = 0
+    start = offset
+    end = offset + size
     while True:
         got = _ops.read_now(src_fd, buf, room, offset)
         if got < 0:
             got = await _ops.readinto(src_fd, buf, offset)
         if not got:
-            return
+            return offset - start
         done = 0
         while done < got:
-            done += await _ops.write(dst_fd, view[done:got], offset + done)
+            done += await _ops.write(dst_fd, view[done:got], offset + shift + done)
         offset += got
-        if got < room and offset >= size:
-            return
+        if got < room and offset >= end:
+            return offset - start
 
 
 async def _splice(fd_in: int, off_in: int, fd_out: int, off_out: int, nbytes: int) -> int:
@@ -208,14 +211,17 @@ async def _splice(fd_in: int, off_in: int, fd_out: int, off_out: int, nbytes: in
     return await result(ring, op)
 
 
-async def _splice_file(src_fd: int, dst_fd: int) -> None:
-    """Lanes splice the file's chunks in turn, each through its own pipe."""
-    taken = [0]  # the next chunk's offset
+async def _splice_file(src_fd: int, offset: int, dst_fd: int, shift: int) -> int:
+    """Lanes splice the file's chunks from `offset` on in turn, each through
+    its own pipe; the bytes copied (up to the end the first lane met)."""
+    taken = [offset]  # the next chunk's offset
+    ends = await together([_lane(src_fd, dst_fd, shift, taken) for _ in range(SPLICE_LANES)])
     # (each lane closes its pipe only once its splices are done)
-    await together([_lane(src_fd, dst_fd, taken) for _ in range(SPLICE_LANES)])
+    return min(ends) - offset
 
 
-async def _lane(src_fd: int, dst_fd: int, taken: list[int]) -> None:
+async def _lane(src_fd: int, dst_fd: int, shift: int, taken: list[int]) -> int:
+    """Splice chunks until one meets the end of the file: where it met it."""
     rfd, wfd = os.pipe2(os.O_CLOEXEC)
     try:
         try:
@@ -228,9 +234,9 @@ async def _lane(src_fd: int, dst_fd: int, taken: list[int]) -> None:
             while pos < end:
                 got = await _splice(src_fd, pos, wfd, -1, end - pos)
                 if not got:
-                    return  # the end of the file
+                    return pos  # the end of the file
                 while got:
-                    moved = await _splice(rfd, -1, dst_fd, pos, got)
+                    moved = await _splice(rfd, -1, dst_fd, pos + shift, got)
                     got -= moved
                     pos += moved
     finally:
