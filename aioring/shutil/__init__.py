@@ -5,8 +5,11 @@ raises what it does (the exceptions are shutil's own classes, so
 ``except shutil.Error`` catches them).  How the work is done:
 
 * File data is moved by the kernel: a large file is spliced from the source
-  to the destination through pipes on the ring, several parts at once; a
-  small one is read from the page cache and written through the ring.
+  to the destination through pipes on the ring, one pipe filling while
+  another is written out; a small one is read from the page cache and
+  written through the ring.  copyfileobj does the same between fds and
+  aioring's binary files (at their positions, which it moves as shutil's
+  reads and writes would).
 * copytree copies many files at once (at most COPY_TASKS), and rmtree
   removes every entry of a directory at once (at most REMOVE_OPS in flight),
   while the loop goes on listing directories.  Opens, stats, creates,
