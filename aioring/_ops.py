@@ -242,6 +242,18 @@ def cache_missed(fd: int) -> None:
 # missed the page cache (its backoff is past one) and another such read is in
 # flight; any other read is issued inline, where cached pages are copied at
 # once.  (O_DIRECT reads are asynchronous in the kernel: never handed over.)
+#
+# The kernel could also read such pages without a worker (ext4 and xfs wait
+# for the page with a callback, which is how fio's buffered io_uring reads go),
+# but here that loses: random 4 KiB reads not cached at 64 tasks, interleaved,
+# ran 14.7k/s handed over against 8.5k/s issued inline (median of 4 runs each,
+# a shared 2-core machine), the loop's thread spending 31 us a read against 38 us
+# (the inline issue allocates the pages and starts the device read there).  The
+# workers are not the limit: the kernel ran 64 of them for 64 reads, and capping
+# them at 8, 16 or 32 (IORING_REGISTER_IOWQ_MAX_WORKERS) changed nothing
+# measurable; fio read at least as fast with every read handed over (--force_async).
+# COLD_HANDOFF = False issues them all inline (benchmarks/cold_reads.py measures both).
+COLD_HANDOFF = True
 _cold_reads = [0]  # reads of pages thought not cached, in flight
 
 
@@ -252,7 +264,7 @@ def read_request(fd: int, addr: Any, n: int, offset: int) -> tuple[Any, tuple[An
     if offset >= 0:
         state = _fd_cache.get(fd)
         if state is not None and state[1] > 1 and not state[2]:
-            if _cold_reads[0]:
+            if _cold_reads[0] and COLD_HANDOFF:
                 return _PREP_RW_SQE, (_READ, fd, addr, n, offset, 0, _IOSQE_ASYNC), True
             return _PREP_RW, (_READ, fd, addr, n, offset, 0), True
     return _PREP_RW, (_READ, fd, addr, n, offset, 0), False

@@ -15,6 +15,8 @@ device when fio is installed:
     aioring.read     ``await aioring.read(fd, 4096, off)``
     aioring.read.tryeach  the same, with the page-cache try before every read
                      (CACHE_BACKOFF_MAX = 0), as before the fd learnt to skip it
+    aioring.read.inline  the same, with no read handed to the kernel's workers
+                     (COLD_HANDOFF = False): the kernel's own asynchronous buffered read
     aioring.open     ``await f.seek(off); await f.read(4096)``, one
                      ``aioring.open(path, "rb", buffering=0)`` per task (the aiofiles API)
     aioring.direct   ``await aioring.readinto(fd, buf, off)``, the fd opened with
@@ -24,6 +26,7 @@ device when fio is installed:
     threads          ``run_in_executor(pool, os.pread, fd, 4096, off)``, T threads
     sync             an ``os.pread`` loop (no event loop; 1 task only)
     fio, fio.direct  ``fio --ioengine=io_uring --iodepth=T`` buffered and with O_DIRECT
+    fio.wq           fio buffered, every read handed to the kernel's workers (``--force_async=1``)
 * a sequential read of the whole file in 1 MiB chunks (MB/s):
     aioring.read     ``await aioring.readinto(fd, buf, off)`` in a loop
     aioring.open     ``await f.readinto(buf)`` on ``aioring.open(path, "rb", buffering=0)``
@@ -45,6 +48,10 @@ device when fio is installed:
                      in the executor every 16
     sync             ``os.write`` + ``os.fdatasync``
 
+The random reads' table also gives the CPU time per read: of this process
+with all its threads (the kernel's io workers among them), or of fio, over the
+reads a run made.  On a loaded machine the rates follow it.
+
 One untimed read of the big file comes first, so that no variant pays alone
 for what a virtual disk's host caches.  The disk here may be a noisy virtual
 disk and the machine shared: every
@@ -63,6 +70,7 @@ import concurrent.futures
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -188,6 +196,15 @@ async def rand_aioring_read_tryeach(path: Path, size: int, tasks: int, seconds: 
         _ops._plain.clear()
 
 
+async def rand_aioring_read_inline(path: Path, size: int, tasks: int, seconds: float) -> float:
+    from aioring import _ops
+    saved, _ops.COLD_HANDOFF = _ops.COLD_HANDOFF, False
+    try:
+        return await rand_aioring_read(path, size, tasks, seconds)
+    finally:
+        _ops.COLD_HANDOFF = saved
+
+
 async def _rand_seek_read(opener: Any, path: Path, size: int, tasks: int, seconds: float) -> float:
     """Random reads through an aiofiles-API opener: seek, then read a block."""
     end = time.perf_counter() + seconds
@@ -280,13 +297,22 @@ def rand_sync(path: Path, size: int, seconds: float) -> float:
     return n / (time.perf_counter() - start)
 
 
+def cpu_seconds() -> float:
+    """CPU time so far of this process (all its threads, the kernel's io workers
+    among them) and of its waited-for children (fio)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 # ------------------------------------------------------------------- fio
-def fio(path: Path, size: int, rw: str, bs: int, depth: int, direct: bool, seconds: float) -> float:
+def fio(path: Path, size: int, rw: str, bs: int, depth: int, direct: bool, seconds: float,
+        workers: bool = False) -> float:
     """fio's io_uring figure for the pattern: IOPS for random reads, MB/s for sequential ones.
-    fio drops the file's pages itself before it starts (--invalidate=1)."""
+    fio drops the file's pages itself before it starts (--invalidate=1).  `workers`: every
+    read handed to the kernel's workers (IOSQE_ASYNC)."""
     cmd = ["fio", "--name=cold", f"--filename={path}", f"--rw={rw}", f"--bs={bs}", "--ioengine=io_uring",
            f"--iodepth={depth}", f"--direct={int(direct)}", f"--size={size}", "--invalidate=1",
-           "--output-format=json", "--randrepeat=0"]
+           "--output-format=json", "--randrepeat=0", f"--force_async={int(workers)}"]
     if rw == "randread":
         cmd += ["--time_based", f"--runtime={max(1, round(seconds))}"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout
@@ -432,6 +458,7 @@ def log_sync(path: Path, records: int) -> None:
 
 # --------------------------------------------------------------- running
 RAND = {"aioring.read": rand_aioring_read, "aioring.read.tryeach": rand_aioring_read_tryeach,
+        "aioring.read.inline": rand_aioring_read_inline,
         "aioring.open": rand_aioring_open,
         "aioring.direct": rand_aioring_direct, "aiofile": rand_aiofile, "aiofiles": rand_aiofiles,
         "threads": rand_threads}
@@ -450,6 +477,9 @@ class Bench:
         self.args, self.big, self.small = args, big, small
         self.size = big.stat().st_size
         self.samples: dict[tuple[str, ...], list[float]] = {}
+        # CPU seconds (this process and its threads, the kernel's io workers
+        # among them, or the fio child) per sample, for the random reads' cost per read
+        self.cpu: dict[tuple[str, ...], list[float]] = {}
         self.errors: list[str] = []
         self.fio = shutil.which("fio") is not None
 
@@ -457,6 +487,7 @@ class Bench:
         return NEEDS.get(variant.split(".", maxsplit=1)[0], True) is not None
 
     def run(self, key: tuple[str, ...], fn: Callable[[], float]) -> None:
+        before = cpu_seconds()
         try:
             value = fn()
         except Exception as exc:  # a failed run is reported, the others go on
@@ -464,6 +495,7 @@ class Bench:
             log(f"  {'/'.join(key)} FAILED: {exc}")
             return
         self.samples.setdefault(key, []).append(value)
+        self.cpu.setdefault(key, []).append(cpu_seconds() - before)
         log(f"  {'/'.join(key):<34} {value:12,.1f}")
 
     def rounds(self, configs: list[tuple[tuple[str, ...], Callable[[], float]]]) -> None:
@@ -490,10 +522,11 @@ class Bench:
                 configs.append((("rand", "1", "-", "sync"),
                                 self._cold_big(lambda: rand_sync(big, size, a.seconds))))
             if self.fio:
-                for direct in (False, True):
-                    configs.append((("rand", str(t), "-", "fio.direct" if direct else "fio"),
-                                    lambda t=t, direct=direct: fio(big, size, "randread", BLOCK, t, direct,
-                                                                   a.seconds)))
+                for name, direct, workers in (("fio", False, False), ("fio.direct", True, False),
+                                              ("fio.wq", False, True)):
+                    configs.append((("rand", str(t), "-", name),
+                                    lambda t=t, direct=direct, workers=workers: fio(
+                                        big, size, "randread", BLOCK, t, direct, a.seconds, workers)))
         self.rounds(configs)
 
     def sequential(self) -> None:
@@ -585,6 +618,13 @@ class Bench:
         values = self.samples.get(key)
         return median(values) if values else None
 
+    def cpu_per_read(self, key: tuple[str, ...]) -> float:
+        """Median CPU microseconds per random read of the configuration (the run's
+        reads taken as its rate times --seconds, fio's as its rate times its whole seconds)."""
+        seconds = max(1, round(self.args.seconds)) if key[3].startswith("fio") else self.args.seconds
+        return median(c / (v * seconds) * 1e6 for c, v in zip(self.cpu[key], self.samples[key], strict=True)
+                      if v > 0)
+
     def table(self, workload: str, unit: str, lower_is_better: bool = False) -> str:
         keys = sorted({k for k in self.samples if k[0] == workload},
                       key=lambda k: (int(k[1]), k[2], k[3]))
@@ -592,10 +632,12 @@ class Bench:
         for k in keys:
             v = self.samples[k]
             spread = max(v) / min(v) - 1 if min(v) > 0 else 0.0
-            rows.append([k[1], k[2], k[3], f"{median(v):,.1f}", f"{spread:.0%}", str(len(v))])
+            cpu = [f"{self.cpu_per_read(k):,.1f}"] if workload == "rand" else []
+            rows.append([k[1], k[2], k[3], f"{median(v):,.1f}", *cpu, f"{spread:.0%}", str(len(v))])
         head = {"rand": "tasks", "seq": "tasks", "small": "files", "log": "sync every"}[workload]
         value = f"median {unit}" + (" (lower is better)" if lower_is_better else "")
-        return render([head, "loop", "variant", value, "max/min-1", "runs"], rows, left=3)
+        cpu_head = ["CPU us/read"] if workload == "rand" else []
+        return render([head, "loop", "variant", value, *cpu_head, "max/min-1", "runs"], rows, left=3)
 
     def verdicts(self) -> list[str]:
         out: list[str] = []
@@ -626,6 +668,8 @@ class Bench:
                       self.med(*r, "aioring.direct"), fio_d, 0.8)
                 check(f"[{loop}] random 4 KiB, 64 tasks: aioring.read vs the try before every read",
                       self.med(*r, "aioring.read"), self.med(*r, "aioring.read.tryeach"), 1.0)
+                check(f"[{loop}] random 4 KiB, 64 tasks: aioring.read vs no read handed to workers",
+                      self.med(*r, "aioring.read"), self.med(*r, "aioring.read.inline"), 1.0)
             s = ("seq", "1", loop)
             best = max(self.med(*s, v) or 0.0 for v in ("aioring.read", "aioring.open")) or None
             check(f"[{loop}] sequential 1 MiB chunks: aioring.open vs sync readinto",
@@ -702,7 +746,8 @@ def main() -> None:
     if bench.errors:
         print("FAILED runs:\n  " + "\n  ".join(bench.errors))
     write_json(args.json, {"meta": meta, "args": {k: v for k, v in vars(args).items() if k != "json"},
-                           "samples": [{"key": list(k), "values": v} for k, v in bench.samples.items()],
+                           "samples": [{"key": list(k), "values": v, "cpu_seconds": bench.cpu[k]}
+                                       for k, v in bench.samples.items()],
                            "errors": bench.errors})
     if bench.errors:
         sys.exit(1)
