@@ -72,9 +72,12 @@ async def test_cold_reads_equal_pread(cold_file):
         os.close(fd)
 
 
-async def test_concurrent_cold_reads_equal_pread(cold_file):
+@pytest.mark.parametrize("handoff", [True, False], ids=["handed-over", "inline"])
+async def test_concurrent_cold_reads_equal_pread(cold_file, handoff, monkeypatch):
     """Many reads of dropped pages at once (those after the first misses are
-    handed to the kernel's workers) each return what os.pread returns."""
+    handed to the kernel's workers, or, without COLD_HANDOFF, all issued in
+    the submitting call) each return what os.pread returns."""
+    monkeypatch.setattr(_ops, "COLD_HANDOFF", handoff)
     path, content = cold_file
     fd = os.open(path, os.O_RDONLY)
     offsets = [(i * 7919 * 4096 + i * 13) % SIZE for i in range(48)]
