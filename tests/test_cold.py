@@ -137,6 +137,25 @@ async def test_direct_round_trip(disk_dir):
         os.close(fd)
 
 
+async def test_concurrent_direct_reads_equal_pread(cold_file):
+    """Many O_DIRECT reads at once (those while another is in flight are
+    handed to the kernel's workers), and misaligned ones among them, each give
+    what a buffered read gives, or the alignment's EINVAL."""
+    path, content = cold_file
+    fd = open_direct(path)
+    offsets = [(i * 7919 * 4096) % (SIZE - 8192) // 4096 * 4096 for i in range(24)]
+    bufs = [aioring.aligned_buffer(8192) for _ in offsets]
+    try:
+        reads = [aioring.readinto(fd, buf, off) for buf, off in zip(bufs, offsets, strict=True)]
+        got = await asyncio.gather(*reads, aioring.readinto(fd, bytearray(100), 4096), return_exceptions=True)
+        assert got[:-1] == [8192] * len(offsets)
+        for buf, off in zip(bufs, offsets, strict=True):
+            assert bytes(buf) == content[off:off + 8192]
+        assert isinstance(got[-1], OSError) and got[-1].errno == errno.EINVAL
+    finally:
+        os.close(fd)
+
+
 async def test_direct_misaligned_errors(disk_dir):
     """A misaligned buffer, length or offset on an O_DIRECT fd raises OSError
     EINVAL, as os.preadv and os.pwrite do, naming the alignment it needs."""
