@@ -250,8 +250,9 @@ def cache_missed(fd: int) -> None:
 # The kernel could also read such pages without a worker (ext4 and xfs wait
 # for the page with a callback, which is how fio's buffered io_uring reads go),
 # but here that loses: random 4 KiB reads not cached at 64 tasks, interleaved,
-# ran 14.7k/s handed over against 8.5k/s issued inline (median of 4 runs each,
-# a shared 2-core machine), the loop's thread spending 31 us a read against 38 us
+# ran 14.7k/s handed over against 8.5k/s issued inline (medians of 4 runs each,
+# a shared 2-core machine; 11.8k against 7.3k and 10.3k against 9.9k in two
+# more such comparisons), the loop's thread spending 31 us a read against 38 us
 # (the inline issue allocates the pages and starts the device read there).  The
 # workers are not the limit: the kernel ran 64 of them for 64 reads, and capping
 # them at 8, 16 or 32 (IORING_REGISTER_IOWQ_MAX_WORKERS) changed nothing
