@@ -46,7 +46,7 @@ from . import _ops, _pathops
 from ._ops import YIELD_EVERY, _unyielded, pace  # noqa: F401 (the tests read and set them here)
 from ._liburing import ffi, lib
 from ._loops import get_ring
-from ._ring import _DONE as _OP_DONE
+from ._ringbase import _DONE as _OP_DONE
 
 __all__ = ["RingFileIO", "open_stack", "ring_raw"]
 
