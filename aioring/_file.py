@@ -81,16 +81,16 @@ def _closes_at_once(fd: int, dev: int) -> bool:
         known = _FS_CLOSES_AT_ONCE[dev] = lib.aior_fs_type(fd) in _NO_FLUSH_FS
     return known
 
-_INF = 1 << 62
+INF = 1 << 62
 _MIN_FILL = 128 * 1024  # a sequential fill reads at least this much ahead
 _MAX_WINDOW = 8 * 1024 * 1024  # writes never grow the window past this
-_DIRECT_READ = 64 * 1024  # binary reads this large skip the window
+DIRECT_READ = 64 * 1024  # binary reads this large skip the window
 _WRITE, _TRUNCATE, _CLOSE = 0, 1, 2
 _READ_OP = lib.IORING_OP_READ
 _READV_OP = lib.IORING_OP_READV
 _REST_SPARE = 4096  # read(-1) reads this much past the size it knows: the end shows
-_REST_MIN = 4096  # (bytes of length 0 and 1 are shared objects: never filled)
-_REST_MAX = _ops.MAX_RW - _REST_SPARE
+REST_MIN = 4096  # (bytes of length 0 and 1 are shared objects: never filled)
+REST_MAX = _ops.MAX_RW - _REST_SPARE
 _CHARS = ffi.typeof("char[]")
 _from_buffer = ffi.from_buffer
 _PREP_RW = lib.aior_prep_rw
@@ -104,18 +104,33 @@ class RingFileIO(io.FileIO):
     and the error messages are FileIO's own), created with closefd=False so
     that FileIO never closes the fd behind the ring's back; `closefd`
     reports what the caller asked for.
+
+    What the async wrappers (aioring.base, aioring.threadpool) use besides
+    FileIO's own methods, and nothing else of it:
+
+    * ``pos``: the file's position (FileIO's ``tell()``, without its check
+      of a closed file); ``size``: its size as the current call knows it;
+      ``appending``: opened in append mode.
+    * ``busy``: a wrapper call has the file (``enter``/``acquire`` take it,
+      ``release`` gives it up); ``queue``: the writes, truncates and close
+      that the stdlib's methods made while ``defer`` was set, which ``drain``
+      (or ``finish_close_now``) performs.
+    * ``begin_call``/``end_call`` around a call; ``holds``/``holds_line``
+      ask the window, ``fill``/``fill_line`` fill it through the ring;
+      ``refresh_size``; ``closes_at_once``.
+    * ``shared_offset``, ``newline``, ``bufsize``: what the opener set.
     """
 
     # What every file sets as it starts (slots: a file is opened for every
     # few reads, and a slot is set and read faster than the instance dict).
-    __slots__ = ("_append", "_close_now", "_counted", "_fd", "_gen", "_key", "_owns_fd", "_pos", "_queue",
-                 "_size", "_wbuf", "name")
+    __slots__ = ("_close_now", "_counted", "_fd", "_gen", "_key", "_owns_fd", "_wbuf", "appending", "name",
+                 "pos", "queue", "size")
 
     # What most files keep as it starts; an instance sets its own when it changes.
     _wstart = 0  # the window (_wbuf) holds bytes [_wstart, _wstart + len) of the file
     _weof = False  # the window ends at end of file (checked in this call)
-    _defer = False
-    _busy = False
+    defer = False
+    busy = False
     _waiters: collections.deque[asyncio.Future[None]] = ()  # type: ignore[assignment]  # calls waiting to take the file
     _stamp: tuple[int, int, int] | None = None
     _fresh = False
@@ -128,11 +143,11 @@ class RingFileIO(io.FileIO):
         self.name = name
         self._fd = fd
         self._owns_fd = closefd
-        self._append = append = "a" in rawmode
-        self._size = size = st.st_size
-        self._pos = size if append else 0
+        self.appending = append = "a" in rawmode
+        self.size = size = st.st_size
+        self.pos = size if append else 0
         self._wbuf = bytearray()
-        self._queue: collections.deque[tuple[Any, ...]] = collections.deque()
+        self.queue: collections.deque[tuple[Any, ...]] = collections.deque()
         self._key = key = (st.st_dev, st.st_ino)
         # A file only read, on a file system whose files need no flush at
         # close, is closed at once (see _closes_at_once).
@@ -156,8 +171,8 @@ class RingFileIO(io.FileIO):
             warnings.warn(f"unclosed file {source!r}", ResourceWarning, stacklevel=2, source=source)
 
     def __del__(self) -> None:
-        if self._queue:  # a drain that was cancelled and never resumed
-            self._defer = False
+        if self.queue:  # a drain that was cancelled and never resumed
+            self.defer = False
             try:
                 self._flush_sync()
             except OSError:
@@ -173,26 +188,26 @@ class RingFileIO(io.FileIO):
 
     def tell(self) -> int:
         io.FileIO.readable(self)  # ValueError when closed
-        return self._pos
+        return self.pos
 
     def seek(self, pos: Any, whence: int = 0) -> int:
         io.FileIO.readable(self)
         if whence == 0 and type(pos) is int and 0 <= pos <= _OFF_MAX:  # (a buffered layer's seek)
-            self._pos = pos
+            self.pos = pos
             return pos
         pos = _off_t(pos)
         if whence == os.SEEK_SET:
             new = pos
         elif whence == os.SEEK_CUR:
-            new = self._pos + pos
+            new = self.pos + pos
         elif whence == os.SEEK_END:
-            new = (self._size if self._defer else os.fstat(self._fd).st_size) + pos
+            new = (self.size if self.defer else os.fstat(self._fd).st_size) + pos
         else:  # SEEK_DATA, SEEK_HOLE: ask the kernel, on the real file
             self._flush_sync()
             new = os.lseek(self._fd, pos, whence)
         if new < 0:
             raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-        self._pos = new
+        self.pos = new
         return new
 
     # -- reading -----------------------------------------------------------
@@ -212,9 +227,9 @@ class RingFileIO(io.FileIO):
                 return self._readinto(out)
 
     def _readinto(self, out: memoryview) -> int:
-        pos = self._pos
+        pos = self.pos
         n = len(out)
-        if self._defer and n:
+        if self.defer and n:
             if not self._fresh:
                 self._validate()
             off = pos - self._wstart
@@ -225,7 +240,7 @@ class RingFileIO(io.FileIO):
                 k = n if n < have else have
                 with memoryview(self._wbuf) as w:
                     out[:k] = w[off:off + k]
-                self._pos = pos + k
+                self.pos = pos + k
                 return k
             if off >= 0 and have <= 0 and self._weof:
                 return 0
@@ -234,7 +249,7 @@ class RingFileIO(io.FileIO):
             SYNC_READS[0] += 1
         self._flush_sync()
         k = os.preadv(self._fd, [out], pos)
-        self._pos = pos + k
+        self.pos = pos + k
         return k
 
     def read(self, size: Any = -1) -> bytes:
@@ -257,19 +272,19 @@ class RingFileIO(io.FileIO):
         if not io.FileIO.readable(self):  # as FileIO.readall: read(2) says EBADF
             raise OSError(errno.EBADF, os.strerror(errno.EBADF))
         chunks = []
-        if self._defer and not self._fresh:
+        if self.defer and not self._fresh:
             self._validate()
         while True:
-            off = self._pos - self._wstart
-            if self._defer and 0 <= off < len(self._wbuf) and self._weof:
+            off = self.pos - self._wstart
+            if self.defer and 0 <= off < len(self._wbuf) and self._weof:
                 chunk = bytes(memoryview(self._wbuf)[off:])
-                self._pos += len(chunk)
+                self.pos += len(chunk)
                 chunks.append(chunk)
                 # Read to its end: the window's bytes are the caller's now.
                 # Only where it ends stays known (a whole file read then
                 # holds one copy of the file, not two).
                 self._wbuf = bytearray()
-                self._wstart = self._pos
+                self._wstart = self.pos
                 break
             chunk = self.read(max(io.DEFAULT_BUFFER_SIZE, len(self._wbuf) - off if off >= 0 else 0))
             if not chunk:
@@ -289,24 +304,24 @@ class RingFileIO(io.FileIO):
             raise TypeError(f"a bytes-like object is required, not '{type(b).__name__}'") from None
         if not data:
             return 0  # as write(2) of nothing: the position stays, even in append mode
-        if not self._defer:
+        if not self.defer:
             return self._write_sync(data)
-        off = self._size if self._append else self._pos
-        self._queue.append((_WRITE, -1 if self._append else off, data))
+        off = self.size if self.appending else self.pos
+        self.queue.append((_WRITE, -1 if self.appending else off, data))
         self._patch(off, data)
-        self._pos = off + len(data)
-        self._size = max(self._size, self._pos)
+        self.pos = off + len(data)
+        self.size = max(self.size, self.pos)
         return len(data)
 
     def _write_sync(self, data: bytes) -> int:
         self._flush_sync()
-        if self._append:
+        if self.appending:
             n = os.write(self._fd, data)
-            self._pos = os.lseek(self._fd, 0, os.SEEK_CUR)
+            self.pos = os.lseek(self._fd, 0, os.SEEK_CUR)
         else:
-            n = os.pwrite(self._fd, data, self._pos)
-            self._pos += n
-        self._size = max(self._size, self._pos)
+            n = os.pwrite(self._fd, data, self.pos)
+            self.pos += n
+        self.size = max(self.size, self.pos)
         self._wbuf = bytearray()  # outside the wrapper's calls nothing is cached
         return n
 
@@ -348,17 +363,17 @@ class RingFileIO(io.FileIO):
     def truncate(self, size: Any = None) -> int:
         if not io.FileIO.writable(self):
             raise io.UnsupportedOperation("File not open for writing")
-        size = self._pos if size is None else _off_t(size)
+        size = self.pos if size is None else _off_t(size)
         if size < 0:
             raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-        if not self._defer:
+        if not self.defer:
             self._flush_sync()
             os.ftruncate(self._fd, size)
-            self._size = size
+            self.size = size
             self._wbuf = bytearray()
             return size
-        self._queue.append((_TRUNCATE, size))
-        self._size = size
+        self.queue.append((_TRUNCATE, size))
+        self.size = size
         if self._wbuf and not self._fresh:
             self._validate()
         ws = self._wstart
@@ -391,12 +406,12 @@ class RingFileIO(io.FileIO):
         if self.closed:
             return
         self._uncount()
-        if self._defer and not (self._close_now and not self._queue):  # (else: at once, below)
+        if self.defer and not (self._close_now and not self.queue):  # (else: at once, below)
             try:
                 io.FileIO.close(self)  # closefd=False: marks it closed, the fd stays open
             finally:
                 if self._owns_fd:
-                    self._queue.append((_CLOSE,))
+                    self.queue.append((_CLOSE,))
             return
         try:
             self._flush_sync()
@@ -410,7 +425,7 @@ class RingFileIO(io.FileIO):
     def _flush_sync(self) -> None:
         """Perform what is queued with plain syscalls (a read the prefetch did
         not foresee, a finalizer, a cancelled drain nobody resumed)."""
-        q = self._queue
+        q = self.queue
         while q:
             entry = q[0]
             if entry[0] == _WRITE:
@@ -431,8 +446,8 @@ class RingFileIO(io.FileIO):
     # -- the async side: used by the wrappers, under `acquire` ---------------
     async def acquire(self) -> None:
         """One wrapper call at a time drives this file (FIFO)."""
-        if not self._busy:
-            self._busy = True
+        if not self.busy:
+            self.busy = True
             return
         waiter = asyncio.get_running_loop().create_future()
         waiters = self._waiters
@@ -453,13 +468,13 @@ class RingFileIO(io.FileIO):
         other calls), finish what an earlier call left queued (unless not
         `drain`), and begin_call.  The caller must release() when done, also
         on error."""
-        waited = self._busy
+        waited = self.busy
         if waited:
             await self.acquire()
         else:
-            self._busy = True
+            self.busy = True
         try:
-            if drain and self._queue:
+            if drain and self.queue:
                 await self.drain()
             self.begin_call()
         except BaseException:
@@ -474,12 +489,12 @@ class RingFileIO(io.FileIO):
             if not waiter.done():
                 waiter.set_result(None)
                 return
-        self._busy = False
+        self.busy = False
 
     def _exact_size(self) -> int:
         """The file's size now, counting what is queued."""
         size = os.fstat(self._fd).st_size
-        for entry in self._queue:
+        for entry in self.queue:
             if entry[0] == _WRITE:
                 off = size if entry[1] < 0 else entry[1]
                 size = max(size, off + len(entry[2]))
@@ -496,10 +511,10 @@ class RingFileIO(io.FileIO):
         if self.closed:
             return
         if self.shared_offset:
-            self._pos = os.lseek(self._fd, 0, os.SEEK_CUR)
+            self.pos = os.lseek(self._fd, 0, os.SEEK_CUR)
         if self._wbuf and _GENERATIONS.get(self._key, 0) != self._gen:
             self._wbuf = bytearray()
-            self._wstart = self._pos
+            self._wstart = self.pos
         self._fresh = False  # fstat is asked once, when the call first reads the window
 
     def _validate(self) -> None:
@@ -507,12 +522,12 @@ class RingFileIO(io.FileIO):
         self._fresh = True
         if self._wbuf and self._stat_stamp() != self._stamp:
             self._wbuf = bytearray()
-            self._wstart = self._pos
+            self._wstart = self.pos
 
     def end_call(self) -> None:
         if self.shared_offset and not (self.closed and self._owns_fd):
             try:
-                os.lseek(self._fd, self._pos, os.SEEK_SET)
+                os.lseek(self._fd, self.pos, os.SEEK_SET)
             except OSError:
                 pass  # the caller closed its fd
 
@@ -535,17 +550,50 @@ class RingFileIO(io.FileIO):
     def refresh_size(self) -> None:
         """The size for SEEK_END and append-mode writes, read as the call
         starts (fstat on an open fd never waits for the disk)."""
-        self._size = os.fstat(self._fd).st_size
+        self.size = os.fstat(self._fd).st_size
+
+    def holds(self, start: int, end: int) -> bool:
+        """Whether the window holds the file's bytes [start, end)."""
+        ws = self._wstart
+        return ws <= start and end <= ws + len(self._wbuf)
+
+    def holds_line(self, terminator: tuple[bytes, ...], slack: int) -> bool:
+        """Whether the window holds the line at the position, up to the end
+        of the first `terminator`, and `slack` bytes past that end."""
+        off = self.pos - self._wstart
+        if off < 0:
+            return False
+        buf = self._wbuf
+        i = find_line_end(buf, terminator, off)
+        return i >= 0 and i + slack <= len(buf)
+
+    def closes_at_once(self) -> bool:
+        """Whether closing the file now needs nothing but a plain close of its
+        fd, done at once as the ring would do it: a file only read, on a file
+        system that needs no flush (see _closes_at_once), with no call under
+        way and nothing queued, whose fd is not the caller's."""
+        return self._close_now and not (self.busy or self.queue or self.shared_offset)
+
+    def finish_close_now(self) -> None:
+        """A close was cancelled before its writes and CLOSE went through the
+        ring: do them now with plain syscalls, so that the data is written and
+        the fd closed whatever the caller does next (os.close and page-cache
+        writes do not wait for the disk).  Nothing to do unless the file is
+        closed and no call has it."""
+        if not self.closed or self.busy:
+            return
+        while self.queue:
+            try:
+                self._flush_sync()
+            except OSError:
+                self.queue.popleft()  # a write that failed is dropped, as by a close; the close goes on
 
     async def fill(self, start: int, end: int) -> None:
         """Make the window hold the file's bytes [start, end), or all of
         [start, EOF) with _weof set, reading through the ring."""
-        buf = self._wbuf
-        ws = self._wstart
-        we = ws + len(buf)
-        if ws <= start and end <= we:
+        if self.holds(start, end):
             return
-        if self._queue:
+        if self.queue:
             await self.drain()
         if not self._fresh:
             self._validate()
@@ -553,8 +601,8 @@ class RingFileIO(io.FileIO):
         ws = self._wstart
         we = ws + len(buf)
         keep = we - start if ws <= start <= we else 0
-        if end >= _INF:  # to end of file: one byte more than its size shows where it ends
-            want = max(self._size - start, keep) + 1
+        if end >= INF:  # to end of file: one byte more than its size shows where it ends
+            want = max(self.size - start, keep) + 1
         else:
             want = end - start
             if keep or start == we:  # sequential: read ahead generously
@@ -568,15 +616,15 @@ class RingFileIO(io.FileIO):
         while True:
             got += await _read_into(self._fd, new, got, len(new) - got, start + got)
             eof = got < len(new)
-            if eof or end < _INF:
+            if eof or end < INF:
                 break
             new += bytes(len(new))  # read() to EOF and the file grew: keep going
         del new[got:]
         if eof and not got and start:
             # Nothing at `start`: the file ends at or before it.  The window
             # must end exactly at end of file, for writes that extend it.
-            self._size = os.fstat(self._fd).st_size
-            start = min(start, self._size)
+            self.size = os.fstat(self._fd).st_size
+            start = min(start, self.size)
         self._wbuf = new
         self._wstart = start
         self._weof = eof
@@ -617,7 +665,7 @@ class RingFileIO(io.FileIO):
         finalizer, so no written byte is lost.  A failed write stays queued
         for the next flush, as BufferedWriter keeps what it could not write,
         unless a close follows: then, as with close(), it is dropped."""
-        q = self._queue
+        q = self.queue
         error: OSError | None = None
         wrote = False
         try:
@@ -706,18 +754,18 @@ async def read_direct(raw: RingFileIO, n: int) -> bytes:
     copy follows the kernel's (bytes of length 0 and 1 are shared objects,
     hence the bytearray for small reads)."""
     out: bytes | bytearray = _ops.new_bytes(n) if n >= 4096 else bytearray(n)
-    got = await _read_into(raw._fd, out, 0, n, raw._pos)
+    got = await _read_into(raw._fd, out, 0, n, raw.pos)
     return bytes(out if got == n else out[:got])
 
 
 def read_rest_now(raw: RingFileIO, n: int) -> bytes | None:
     """read(-1) from the raw position of a file thought to hold `n` more
-    bytes (_REST_MIN <= n <= _REST_MAX), at once from the page cache: a new
+    bytes (REST_MIN <= n <= REST_MAX), at once from the page cache: a new
     bytes object that the kernel fills, as os.read fills the one it returns,
     when the file is all cached and ends there; else None (read_rest's turn)."""
     out = _ops.new_bytes(n)
     c_out = _from_buffer(_CHARS, out, False)
-    missed = _read_whole_now(raw._fd, c_out, n, raw._pos)
+    missed = _read_whole_now(raw._fd, c_out, n, raw.pos)
     ffi.release(c_out)
     return None if missed else out
 
@@ -730,7 +778,7 @@ async def read_rest(raw: RingFileIO, n: int) -> tuple[bytes, bool]:
     size meanwhile."""
     out = _ops.new_bytes(n)
     c_out = _from_buffer(_CHARS, out, False)
-    pos = raw._pos
+    pos = raw.pos
     spare = bytearray(_REST_SPARE)
     c_spare = _from_buffer(_CHARS, spare, False)
     loop = asyncio.get_running_loop()
@@ -761,13 +809,33 @@ async def read_rest(raw: RingFileIO, n: int) -> tuple[bytes, bool]:
 async def readinto_direct(raw: RingFileIO, view: memoryview) -> int:
     """Fill `view` at the raw position through the ring (loops until full or EOF)."""
     n = len(view)
-    got = await _ops.readinto(raw._fd, view, raw._pos)
+    got = await _ops.readinto(raw._fd, view, raw.pos)
     while 0 < got < n:
-        k = await _ops.readinto(raw._fd, view[got:], raw._pos + got)
+        k = await _ops.readinto(raw._fd, view[got:], raw.pos + got)
         if k == 0:
             break
         got += k
     return got
+
+
+async def write_direct(raw: RingFileIO, data: memoryview) -> int:
+    """One write at the raw position (at the end in append mode) through the
+    ring, as FileIO.write makes one write(2); the window and the size follow."""
+    if not data:
+        return 0  # as write(2) of nothing: the position stays, even in append mode
+    if raw.appending:
+        n = int(await _ops.write(raw._fd, data, -1))
+        # Where it went: the fd's position is past it (another writer may
+        # have appended since any size this file knew).
+        off = os.lseek(raw._fd, 0, os.SEEK_CUR) - n
+    else:
+        off = raw.pos
+        n = int(await _ops.write(raw._fd, data, off))
+    raw._patch(off, bytes(data[:n]))
+    raw._wrote()
+    raw.pos = off + n
+    raw.size = max(raw.size, raw.pos)
+    return n
 
 
 def _off_t(value: Any) -> int:
@@ -960,7 +1028,7 @@ async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: 
         raw = RingFileIO(fd, rawmode + "b", name, closefd, st)
         if shared_offset:  # FileIO reads and writes at the fd's own offset
             raw.shared_offset = True
-            raw._pos = os.lseek(fd, 0, os.SEEK_CUR)
+            raw.pos = os.lseek(fd, 0, os.SEEK_CUR)
     except BaseException:
         if owned:
             await _pathops.close(fd)
@@ -991,10 +1059,10 @@ async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: 
         raw.newline = newline
         return text, True
     except BaseException:
-        raw._defer = True  # close through the ring: queue, then drain
+        raw.defer = True  # close through the ring: queue, then drain
         try:
             raw.close()
         finally:
-            raw._defer = False
+            raw.defer = False
         await raw.drain()
         raise

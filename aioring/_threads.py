@@ -60,7 +60,6 @@ def _open_for(fd: int, mask: int) -> bool:
     return mode != (os.O_WRONLY if mask & _POLLIN else os.O_RDONLY)
 
 
-
 # ------------------------------------------------------------- the backend
 class ThreadRing(RingBase):
     """The ring interface without io_uring (see the module docstring)."""

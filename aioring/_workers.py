@@ -59,6 +59,8 @@ EMULATED = frozenset({
     lib.IORING_OP_FSYNC, lib.AIOR_OP_FTRUNCATE,
     *(opcode for _, opcode in TWINS.values() if opcode is not None),
 })
+
+
 def opcode_of(op: Op) -> int:
     """The io_uring opcode of `op`'s request."""
     prep = op.prep

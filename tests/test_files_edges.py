@@ -535,8 +535,8 @@ async def test_truncate_overflow_does_not_poison_the_file(disk_dir: str, bufferi
         await f.close()
     finally:
         if not f.closed:  # leave nothing behind for later tests
-            f._raw._queue.clear()
-            f._raw._defer = False
+            f._raw.queue.clear()
+            f._raw.defer = False
             f._raw.close()
     assert path.read_bytes() == b"X123456789"
     assert _fds() == before
@@ -761,8 +761,7 @@ async def test_an_unbuffered_append_lands_after_another_writers_append(disk_dir:
         return await real(fd, data, offset)
     try:
         f = await aioring.open(path, "ab+", buffering=0)
-        from aioring.threadpool import binary
-        monkeypatch.setattr(binary, "_ring_write", write_after_another)
+        monkeypatch.setattr(_ops, "write", write_after_another)
         assert await f.write(b"mine") == 4
         monkeypatch.undo()
         assert await f.tell() == len(b"startOTHERmine") == os.path.getsize(path)
