@@ -3,10 +3,11 @@
 The semantics of Python's file objects (buffering, text decoding and
 encoding, newline translation, tell cookies, append and update modes, every
 error message) live in the stdlib's io stack, and the surest way to be
-identical to it is to use it.  `open_stack` builds exactly the stack builtin
-`open` builds (TextIOWrapper over BufferedReader/Writer/Random over a raw
-file), with one difference: the raw file is a `RingFileIO`, a FileIO that
-tracks its own position and never blocks inside the event loop.
+identical to it is to use it.  `open_stack` (in `_open`) builds exactly the
+stack builtin `open` builds (TextIOWrapper over BufferedReader/Writer/Random
+over a raw file), with one difference: the raw file is a `RingFileIO`, a
+`RawFile` (in `_rawfile`: a FileIO that tracks its own position and never
+blocks inside the event loop) whose data this module moves through the ring.
 
 The async wrappers (threadpool.binary/text) drive it in three steps per call:
 
@@ -16,7 +17,7 @@ The async wrappers (threadpool.binary/text) drive it in three steps per call:
    plus the one extra raw read the stdlib may make to fill its buffer, and
    `fill` reads them through the ring into the raw file's *window*;
 2. the stdlib method runs synchronously; the raw file serves its reads from
-   the window and queues its writes, truncates and close (`_defer`);
+   the window and queues its writes, truncates and close (`defer`);
 3. `drain` performs the queue through the ring, in order.
 
 Reads always see the file's latest contents: queued writes are copied into
@@ -30,62 +31,25 @@ buffer, a finalizer) RingFileIO behaves as a plain FileIO with real syscalls.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import collections
-import errno
-import functools
 import io
-import operator
 import os
-import stat
 import sys
-import warnings
 from typing import Any
 
 from . import _ops, _pathops
 from ._ops import YIELD_EVERY, _unyielded, pace  # noqa: F401 (the tests read and set them here)
 from ._liburing import ffi, lib
 from ._loops import get_ring
+from ._rawfile import CLOSE, TRUNCATE, WRITE, RawFile, find_line_end
 from ._ringbase import _DONE as _OP_DONE
 
-__all__ = ["RingFileIO", "open_stack", "ring_raw"]
-
-SYNC_READS = [0]  # reads the prefetch did not foresee; tests assert it stays 0
-
-# Writes through any RingFileIO of this process, per (st_dev, st_ino): a file
-# whose window predates the latest of them drops it.  An entry lives while a
-# RingFileIO of that file is open (_OPEN counts them).
-_GENERATIONS: dict[tuple[int, int], int] = {}
-_OPEN: dict[tuple[int, int], int] = {}
-
-_OFF_MAX = 2**63 - 1
-
-# File systems whose files have no flush operation: closing one of their
-# files never waits for the disk or a server, so the kernel closes it inside
-# the ring's submit call too (it hands the close of a file that has a flush,
-# on NFS, FUSE, CIFS or overlayfs say, to a worker thread).  A file opened
-# only for reading on one of them is closed at once: no ring op, no wait.
-_NO_FLUSH_FS = frozenset({
-    0xEF53,  # ext2, ext3, ext4
-    0x58465342,  # xfs
-    0x9123683E,  # btrfs
-    0x01021994,  # tmpfs
-    0xF2F52010,  # f2fs
-})
-_FS_CLOSES_AT_ONCE: dict[int, bool] = {}  # per st_dev
-
-
-def _closes_at_once(fd: int, dev: int) -> bool:
-    known = _FS_CLOSES_AT_ONCE.get(dev)
-    if known is None:
-        known = _FS_CLOSES_AT_ONCE[dev] = lib.aior_fs_type(fd) in _NO_FLUSH_FS
-    return known
+__all__ = ["DIRECT_READ", "INF", "REST_MAX", "REST_MIN", "RingFileIO", "read_direct", "read_rest",
+           "read_rest_now", "readinto_direct", "ring_raw", "write_direct"]
 
 INF = 1 << 62
 _MIN_FILL = 128 * 1024  # a sequential fill reads at least this much ahead
-_MAX_WINDOW = 8 * 1024 * 1024  # writes never grow the window past this
 DIRECT_READ = 64 * 1024  # binary reads this large skip the window
-_WRITE, _TRUNCATE, _CLOSE = 0, 1, 2
 _READ_OP = lib.IORING_OP_READ
 _READV_OP = lib.IORING_OP_READV
 _REST_SPARE = 4096  # read(-1) reads this much past the size it knows: the end shows
@@ -97,13 +61,10 @@ _PREP_RW = lib.aior_prep_rw
 _read_whole_now = lib.aior_read_whole_now
 
 
-class RingFileIO(io.FileIO):
-    """A FileIO over an fd that aioring opened; see the module docstring.
-
-    It is a real io.FileIO (mode, name, fileno, isatty, readable, writable
-    and the error messages are FileIO's own), created with closefd=False so
-    that FileIO never closes the fd behind the ring's back; `closefd`
-    reports what the caller asked for.
+class RingFileIO(RawFile):
+    """The raw file aioring.open puts under the stdlib's buffered layer: a
+    RawFile whose window and queue the async wrappers fill and drain through
+    the ring, one call at a time (see the module docstring).
 
     What the async wrappers (aioring.base, aioring.threadpool) use besides
     FileIO's own methods, and nothing else of it:
@@ -121,327 +82,10 @@ class RingFileIO(io.FileIO):
     * ``shared_offset``, ``newline``, ``bufsize``: what the opener set.
     """
 
-    # What every file sets as it starts (slots: a file is opened for every
-    # few reads, and a slot is set and read faster than the instance dict).
-    __slots__ = ("_close_now", "_counted", "_fd", "_gen", "_key", "_owns_fd", "_wbuf", "appending", "name",
-                 "pos", "queue", "size")
-
-    # What most files keep as it starts; an instance sets its own when it changes.
-    _wstart = 0  # the window (_wbuf) holds bytes [_wstart, _wstart + len) of the file
-    _weof = False  # the window ends at end of file (checked in this call)
-    defer = False
     busy = False
     _waiters: collections.deque[asyncio.Future[None]] = ()  # type: ignore[assignment]  # calls waiting to take the file
-    _stamp: tuple[int, int, int] | None = None
-    _fresh = False
-    shared_offset = False  # opened from an fd: keep the fd's offset in step
     newline: str | None = None  # the text layer's newline argument, for line prefetch
     bufsize = io.DEFAULT_BUFFER_SIZE  # the buffered layer's size, for prefetch slack
-
-    def __init__(self, fd: int, rawmode: str, name: Any, closefd: bool, st: os.stat_result) -> None:
-        io.FileIO.__init__(self, fd, rawmode, closefd=False)
-        self.name = name
-        self._fd = fd
-        self._owns_fd = closefd
-        self.appending = append = "a" in rawmode
-        self.size = size = st.st_size
-        self.pos = size if append else 0
-        self._wbuf = bytearray()
-        self.queue: collections.deque[tuple[Any, ...]] = collections.deque()
-        self._key = key = (st.st_dev, st.st_ino)
-        # A file only read, on a file system whose files need no flush at
-        # close, is closed at once (see _closes_at_once).
-        self._close_now = rawmode == "rb" and _closes_at_once(fd, st.st_dev)
-        self._gen = _GENERATIONS.get(key, 0)
-        _OPEN[key] = _OPEN.get(key, 0) + 1
-        self._counted = True
-
-    # -- what FileIO reports ----------------------------------------------
-    @property
-    def closefd(self) -> bool:
-        return self._owns_fd
-
-    def __repr__(self) -> str:
-        if self.closed:
-            return "<_io.FileIO [closed]>"
-        return f"<_io.FileIO name={self.name!r} mode={self.mode!r} closefd={self._owns_fd!r}>"
-
-    def _dealloc_warn(self, source: Any) -> None:
-        if not self.closed and self._owns_fd:
-            warnings.warn(f"unclosed file {source!r}", ResourceWarning, stacklevel=2, source=source)
-
-    def __del__(self) -> None:
-        if self.queue:  # a drain that was cancelled and never resumed
-            self.defer = False
-            try:
-                self._flush_sync()
-            except OSError:
-                pass
-        if not self.closed and self._owns_fd:
-            warnings.warn(f"unclosed file {self!r}", ResourceWarning, stacklevel=2, source=self)
-        super().__del__()
-
-    # -- position ----------------------------------------------------------
-    def seekable(self) -> bool:
-        io.FileIO.readable(self)  # ValueError when closed
-        return True  # a regular file (FileIO would ask the kernel with an lseek)
-
-    def tell(self) -> int:
-        io.FileIO.readable(self)  # ValueError when closed
-        return self.pos
-
-    def seek(self, pos: Any, whence: int = 0) -> int:
-        io.FileIO.readable(self)
-        if whence == 0 and type(pos) is int and 0 <= pos <= _OFF_MAX:  # (a buffered layer's seek)
-            self.pos = pos
-            return pos
-        pos = _off_t(pos)
-        if whence == os.SEEK_SET:
-            new = pos
-        elif whence == os.SEEK_CUR:
-            new = self.pos + pos
-        elif whence == os.SEEK_END:
-            new = (self.size if self.defer else os.fstat(self._fd).st_size) + pos
-        else:  # SEEK_DATA, SEEK_HOLE: ask the kernel, on the real file
-            self._flush_sync()
-            new = os.lseek(self._fd, pos, whence)
-        if new < 0:
-            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-        self.pos = new
-        return new
-
-    # -- reading -----------------------------------------------------------
-    def readinto(self, b: Any) -> int:
-        if not io.FileIO.readable(self):
-            raise io.UnsupportedOperation("File not open for reading")
-        try:
-            view = memoryview(b)
-        except TypeError:
-            raise TypeError("readinto() argument must be read-write bytes-like object, "
-                            f"not {type(b).__name__}") from None
-        with view:
-            if view.readonly:
-                raise TypeError("readinto() argument must be read-write bytes-like object, "
-                                f"not {type(b).__name__}")
-            with view.cast("B") as out:
-                return self._readinto(out)
-
-    def _readinto(self, out: memoryview) -> int:
-        pos = self.pos
-        n = len(out)
-        if self.defer and n:
-            if not self._fresh:
-                self._validate()
-            off = pos - self._wstart
-            have = len(self._wbuf) - off
-            # A read the window serves whole, or up to a known end of file:
-            # the same length a read(2) of the file returns.
-            if off >= 0 and have > 0 and (have >= n or self._weof):
-                k = n if n < have else have
-                with memoryview(self._wbuf) as w:
-                    out[:k] = w[off:off + k]
-                self.pos = pos + k
-                return k
-            if off >= 0 and have <= 0 and self._weof:
-                return 0
-            if pos >= self._exact_size():
-                return 0  # at or past end of file (fstat never waits for the disk)
-            SYNC_READS[0] += 1
-        self._flush_sync()
-        k = os.preadv(self._fd, [out], pos)
-        self.pos = pos + k
-        return k
-
-    def read(self, size: Any = -1) -> bytes:
-        if not io.FileIO.readable(self):
-            raise io.UnsupportedOperation("File not open for reading")
-        if size is not None and not isinstance(size, int):
-            try:
-                size = operator.index(size)
-            except TypeError:
-                raise TypeError(f"argument should be integer or None, not '{type(size).__name__}'") from None
-        if size is None or size < 0:
-            return self.readall()
-        b = bytearray(size)
-        with memoryview(b) as m:
-            k = self._readinto(m) if io.FileIO.readable(self) else self.readinto(b)
-        del b[k:]
-        return bytes(b)
-
-    def readall(self) -> bytes:
-        if not io.FileIO.readable(self):  # as FileIO.readall: read(2) says EBADF
-            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
-        chunks = []
-        if self.defer and not self._fresh:
-            self._validate()
-        while True:
-            off = self.pos - self._wstart
-            if self.defer and 0 <= off < len(self._wbuf) and self._weof:
-                chunk = bytes(memoryview(self._wbuf)[off:])
-                self.pos += len(chunk)
-                chunks.append(chunk)
-                # Read to its end: the window's bytes are the caller's now.
-                # Only where it ends stays known (a whole file read then
-                # holds one copy of the file, not two).
-                self._wbuf = bytearray()
-                self._wstart = self.pos
-                break
-            chunk = self.read(max(io.DEFAULT_BUFFER_SIZE, len(self._wbuf) - off if off >= 0 else 0))
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    # -- writing -----------------------------------------------------------
-    def write(self, b: Any) -> int:
-        if not io.FileIO.writable(self):
-            raise io.UnsupportedOperation("File not open for writing")
-        if isinstance(b, str):
-            raise TypeError("a bytes-like object is required, not 'str'")
-        try:
-            data = bytes(memoryview(b))
-        except TypeError:
-            raise TypeError(f"a bytes-like object is required, not '{type(b).__name__}'") from None
-        if not data:
-            return 0  # as write(2) of nothing: the position stays, even in append mode
-        if not self.defer:
-            return self._write_sync(data)
-        off = self.size if self.appending else self.pos
-        self.queue.append((_WRITE, -1 if self.appending else off, data))
-        self._patch(off, data)
-        self.pos = off + len(data)
-        self.size = max(self.size, self.pos)
-        return len(data)
-
-    def _write_sync(self, data: bytes) -> int:
-        self._flush_sync()
-        if self.appending:
-            n = os.write(self._fd, data)
-            self.pos = os.lseek(self._fd, 0, os.SEEK_CUR)
-        else:
-            n = os.pwrite(self._fd, data, self.pos)
-            self.pos += n
-        self.size = max(self.size, self.pos)
-        self._wbuf = bytearray()  # outside the wrapper's calls nothing is cached
-        return n
-
-    def _patch(self, off: int, data: bytes) -> None:
-        """Keep the window equal to the file after a queued write of `data` at `off`."""
-        if self._wbuf and not self._fresh:
-            self._validate()  # a change made meanwhile by someone else: not patched into "current"
-        buf = self._wbuf
-        ws = self._wstart
-        we = ws + len(buf)
-        end = off + len(data)
-        if not buf:  # the written bytes are known: they start a window
-            if self._weof and end >= ws and end - min(off, ws) <= _MAX_WINDOW:
-                # the file ended at ws: now it ends at `end`
-                self._wbuf = bytearray(off - ws) + data if off > ws else bytearray(data)
-                self._wstart = min(off, ws)
-            elif len(data) <= _MAX_WINDOW:
-                self._weof = False  # where the file ends is not known
-                self._wbuf = bytearray(data)
-                self._wstart = off
-            else:
-                self._weof = False
-            return
-        if end < ws:
-            return
-        s = max(off, ws)
-        e = min(end, we)
-        if s < e:
-            buf[s - ws:e - ws] = memoryview(data)[s - off:e - off]
-        if end > we:
-            if off <= we and end - ws <= _MAX_WINDOW:
-                buf += memoryview(data)[we - off:]
-            elif off > we and self._weof and end - ws <= _MAX_WINDOW:
-                buf += bytes(off - we)  # a hole reads as zeros
-                buf += data
-            else:
-                self._weof = False  # the window no longer knows where the file ends
-
-    def truncate(self, size: Any = None) -> int:
-        if not io.FileIO.writable(self):
-            raise io.UnsupportedOperation("File not open for writing")
-        size = self.pos if size is None else _off_t(size)
-        if size < 0:
-            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-        if not self.defer:
-            self._flush_sync()
-            os.ftruncate(self._fd, size)
-            self.size = size
-            self._wbuf = bytearray()
-            return size
-        self.queue.append((_TRUNCATE, size))
-        self.size = size
-        if self._wbuf and not self._fresh:
-            self._validate()
-        ws = self._wstart
-        we = ws + len(self._wbuf)
-        if size <= ws:
-            self._wbuf = bytearray()
-            self._wstart = size
-            self._weof = True
-        elif size < we:
-            del self._wbuf[size - ws:]
-            self._weof = True
-        elif size > we:
-            if self._weof and size - ws <= _MAX_WINDOW:
-                self._wbuf += bytes(size - we)
-            else:
-                self._weof = False
-        return size
-
-    def _uncount(self) -> None:
-        if getattr(self, "_counted", False):  # (False: __init__ failed before counting it)
-            self._counted = False
-            left = _OPEN.get(self._key, 1) - 1
-            if left:
-                _OPEN[self._key] = left
-            else:
-                _OPEN.pop(self._key, None)
-                _GENERATIONS.pop(self._key, None)
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self._uncount()
-        if self.defer and not (self._close_now and not self.queue):  # (else: at once, below)
-            try:
-                io.FileIO.close(self)  # closefd=False: marks it closed, the fd stays open
-            finally:
-                if self._owns_fd:
-                    self.queue.append((_CLOSE,))
-            return
-        try:
-            self._flush_sync()
-        finally:
-            try:
-                io.FileIO.close(self)
-            finally:
-                if self._owns_fd:
-                    os.close(self._fd)
-
-    def _flush_sync(self) -> None:
-        """Perform what is queued with plain syscalls (a read the prefetch did
-        not foresee, a finalizer, a cancelled drain nobody resumed)."""
-        q = self.queue
-        while q:
-            entry = q[0]
-            if entry[0] == _WRITE:
-                _, off, data = entry
-                view = memoryview(data)
-                while view:
-                    n = os.write(self._fd, view) if off < 0 else os.pwrite(self._fd, view, off)
-                    view = view[n:]
-                    if off >= 0:
-                        off += n
-            elif entry[0] == _TRUNCATE:
-                os.ftruncate(self._fd, entry[1])
-            else:
-                os.close(self._fd)
-            q.popleft()
-            _GENERATIONS[self._key] = self._gen = _GENERATIONS.get(self._key, 0) + 1
 
     # -- the async side: used by the wrappers, under `acquire` ---------------
     async def acquire(self) -> None:
@@ -491,86 +135,10 @@ class RingFileIO(io.FileIO):
                 return
         self.busy = False
 
-    def _exact_size(self) -> int:
-        """The file's size now, counting what is queued."""
-        size = os.fstat(self._fd).st_size
-        for entry in self.queue:
-            if entry[0] == _WRITE:
-                off = size if entry[1] < 0 else entry[1]
-                size = max(size, off + len(entry[2]))
-            elif entry[0] == _TRUNCATE:
-                size = entry[1]
-        return size
-
-    def begin_call(self) -> None:
-        """A wrapper call starts: nothing known about end of file yet; the
-        window is dropped if the file changed since it was read (a write
-        through another handle of this process, or any change fstat shows);
-        an fd the caller gave follows its own offset."""
-        self._weof = False
-        if self.closed:
-            return
-        if self.shared_offset:
-            self.pos = os.lseek(self._fd, 0, os.SEEK_CUR)
-        if self._wbuf and _GENERATIONS.get(self._key, 0) != self._gen:
-            self._wbuf = bytearray()
-            self._wstart = self.pos
-        self._fresh = False  # fstat is asked once, when the call first reads the window
-
-    def _validate(self) -> None:
-        """Drop the window if fstat shows the file changed since it was read."""
-        self._fresh = True
-        if self._wbuf and self._stat_stamp() != self._stamp:
-            self._wbuf = bytearray()
-            self._wstart = self.pos
-
-    def end_call(self) -> None:
-        if self.shared_offset and not (self.closed and self._owns_fd):
-            try:
-                os.lseek(self._fd, self.pos, os.SEEK_SET)
-            except OSError:
-                pass  # the caller closed its fd
-
-    def _stat_stamp(self) -> tuple[int, int, int]:
-        st = os.fstat(self._fd)
-        return (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-    def _wrote(self) -> None:
-        """This handle changed the file: other handles' windows are stale,
-        this one's (patched as it wrote) is current."""
-        gen = _GENERATIONS.get(self._key, 0) + 1
-        _GENERATIONS[self._key] = gen
-        self._gen = gen
-        if self._wbuf:
-            try:
-                self._stamp = self._stat_stamp()
-            except OSError:  # closed meanwhile
-                self._wbuf = bytearray()
-
-    def refresh_size(self) -> None:
-        """The size for SEEK_END and append-mode writes, read as the call
-        starts (fstat on an open fd never waits for the disk)."""
-        self.size = os.fstat(self._fd).st_size
-
-    def holds(self, start: int, end: int) -> bool:
-        """Whether the window holds the file's bytes [start, end)."""
-        ws = self._wstart
-        return ws <= start and end <= ws + len(self._wbuf)
-
-    def holds_line(self, terminator: tuple[bytes, ...], slack: int) -> bool:
-        """Whether the window holds the line at the position, up to the end
-        of the first `terminator`, and `slack` bytes past that end."""
-        off = self.pos - self._wstart
-        if off < 0:
-            return False
-        buf = self._wbuf
-        i = find_line_end(buf, terminator, off)
-        return i >= 0 and i + slack <= len(buf)
-
     def closes_at_once(self) -> bool:
         """Whether closing the file now needs nothing but a plain close of its
         fd, done at once as the ring would do it: a file only read, on a file
-        system that needs no flush (see _closes_at_once), with no call under
+        system that needs no flush (see _rawfile), with no call under
         way and nothing queued, whose fd is not the caller's."""
         return self._close_now and not (self.busy or self.queue or self.shared_offset)
 
@@ -611,8 +179,7 @@ class RingFileIO(io.FileIO):
         if keep:
             new[:keep] = memoryview(buf)[start - ws:]
         got = keep
-        self._stamp = self._stat_stamp()  # taken first: a change during the read shows next time
-        self._gen = _GENERATIONS.get(self._key, 0)
+        self._stamp_window()  # first: a change during the read shows next time
         while True:
             got += await _read_into(self._fd, new, got, len(new) - got, start + got)
             eof = got < len(new)
@@ -673,14 +240,14 @@ class RingFileIO(io.FileIO):
                 entry = q[0]
                 kind = entry[0]
                 try:
-                    if kind == _WRITE:
+                    if kind == WRITE:
                         _, off, data = entry
                         n = await _ops.write(self._fd, data, off)
                         wrote = True
                         if n < len(data):
-                            q[0] = (_WRITE, off if off < 0 else off + n, data[n:])
+                            q[0] = (WRITE, off if off < 0 else off + n, data[n:])
                             continue
-                    elif kind == _TRUNCATE:
+                    elif kind == TRUNCATE:
                         await _pathops.ftruncate(self._fd, entry[1])
                         wrote = True
                     elif self._close_now:
@@ -688,14 +255,14 @@ class RingFileIO(io.FileIO):
                     else:
                         await _pathops.close(self._fd)
                 except OSError as exc:
-                    if kind == _CLOSE:
+                    if kind == CLOSE:
                         q.popleft()
                         raise
                     if error is None:
                         error = exc
-                    if not any(e[0] == _CLOSE for e in q):
+                    if not any(e[0] == CLOSE for e in q):
                         raise
-                    while q[0][0] != _CLOSE:  # closing: what failed is dropped, the close goes on
+                    while q[0][0] != CLOSE:  # closing: what failed is dropped, the close goes on
                         q.popleft()
                     continue
                 q.popleft()
@@ -838,14 +405,6 @@ async def write_direct(raw: RingFileIO, data: memoryview) -> int:
     return n
 
 
-def _off_t(value: Any) -> int:
-    """A file offset, checked as FileIO checks one (TypeError, OverflowError)."""
-    value = operator.index(value)
-    if not -_OFF_MAX - 1 <= value <= _OFF_MAX:
-        raise OverflowError("Python int too large to convert to C long")
-    return value
-
-
 def ring_raw(file: Any) -> RingFileIO | None:
     """The RingFileIO under a stdlib file object, or None for any other object."""
     obj = file
@@ -867,202 +426,3 @@ def ring_raw(file: Any) -> RingFileIO | None:
         except (AttributeError, ValueError):
             return None
     return None
-
-
-def text_encoding(encoding: str | None) -> str:
-    """io.text_encoding: the encoding a text file gets when none is given."""
-    return encoding if encoding is not None else io.text_encoding(None)  # type: ignore[attr-defined]
-
-
-@functools.lru_cache(maxsize=64)
-def line_terminator(encoding: str, newline: str | None) -> tuple[bytes, ...] | None:
-    """The encoded byte strings that can end a line of a text file (with
-    universal newlines "\r" and "\n"), or None if the encoding hides them
-    (the line prefetch then reads ahead blindly).  Asked at every text open:
-    kept per encoding and newline."""
-    # ("\n" first: find_line_end then looks for "\r" only before it, not
-    # through the whole window of a file that has none.)
-    ends = ["\n", "\r"] if newline in (None, "") else [newline]
-    try:
-        encoder = codecs.getincrementalencoder(encoding)()
-        encoder.encode("a")  # past any BOM
-        terms = tuple(encoder.encode(end) for end in ends)
-    except (LookupError, UnicodeError, TypeError):
-        return None
-    return terms if all(terms) else None
-
-
-_NEAR = 4096  # find_line_end looks this far first
-
-
-def find_line_end(buf: bytearray, terms: tuple[bytes, ...], start: int) -> int:
-    """The index just past the first of `terms` in buf[start:], or -1.
-
-    It looks near `start` first: a window holds many lines, and a line end
-    that the file never uses ("\r" with universal newlines, say) would
-    otherwise be searched for through all of it at every line."""
-    end = len(buf)
-    stop = start + _NEAR if start + _NEAR < end else end
-    while True:
-        best = -1
-        for term in terms:
-            i = buf.find(term, start, stop)  # only an earlier end matters: search no further
-            if i >= 0:
-                best = stop = i + len(term)
-        if best >= 0 or stop >= end:
-            return best
-        stop = end  # (an end that straddles the first stop is found here)
-
-
-# -- opening ---------------------------------------------------------------
-
-_MODE_FLAGS = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-               "x": os.O_WRONLY | os.O_CREAT | os.O_EXCL, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND}
-
-
-# What open_stack makes of a mode check_open found good: (raw mode, binary,
-# "+", open flags); bounded, as callers may pass many distinct values.
-_MODE_PLANS: dict[str, tuple[str, bool, bool, int]] = {}
-
-
-def _mode_plan(mode: str) -> tuple[str, bool, bool, int]:
-    modes = set(mode)
-    plus = "+" in modes
-    rawmode = "".join(c for c in "xrwa" if c in modes) + ("+" if plus else "")
-    flags = _MODE_FLAGS[rawmode[0]]
-    if plus:
-        flags = (flags & ~(os.O_WRONLY | os.O_RDONLY)) | os.O_RDWR
-    plan = (rawmode, "b" in modes, plus, flags | os.O_CLOEXEC)
-    if len(_MODE_PLANS) < 64:
-        _MODE_PLANS[mode] = plan
-    return plan
-
-
-# Arguments of opens that check_open found good (their checks depend on
-# nothing else); bounded, as callers may pass many distinct values.
-_GOOD_ARGS: set[tuple[Any, ...]] = set()
-_TEXT_ARG = (str, type(None))
-
-
-def check_open(file: Any, mode: str, buffering: int, encoding: str | None, errors: str | None,
-               newline: str | None, closefd: bool) -> None:
-    """Raise what builtin open raises for these arguments, without opening anything."""
-    is_fd = isinstance(file, int)
-    if not is_fd and type(file) is not str:
-        os.fspath(file)  # TypeError as builtin open's
-    cacheable = (type(mode) is str and type(buffering) is int and type(closefd) is bool
-                 and type(encoding) in _TEXT_ARG and type(errors) in _TEXT_ARG
-                 and type(newline) in _TEXT_ARG)
-    if cacheable:
-        key = (is_fd, mode, buffering, closefd, encoding, errors, newline)
-        if key in _GOOD_ARGS:
-            return
-    _check_open(file, mode, buffering, encoding, errors, newline, closefd)
-    if cacheable and len(_GOOD_ARGS) < 64:
-        _GOOD_ARGS.add(key)
-
-
-def _check_open(file: Any, mode: str, buffering: int, encoding: str | None, errors: str | None,
-                newline: str | None, closefd: bool) -> None:
-    # Let builtin open check every argument (same exceptions, same messages):
-    # on fd -1 it gets as far as creating the FileIO and stops there.
-    try:
-        probe = open(-1, mode, buffering, encoding, errors, newline, closefd=False)
-    except ValueError as exc:
-        if str(exc) != "negative file descriptor":
-            raise
-    else:  # pragma: no cover - fd -1 never opens
-        probe.close()
-    if not closefd and not isinstance(file, int):
-        raise ValueError("Cannot use closefd=False with file name")
-    modes = set(mode)
-    if not modes & {"x", "r", "w", "a"}:  # FileIO's check, which the probe never reached
-        raise ValueError("Must have exactly one of create/read/write/append mode and at most one plus")
-    if "b" not in modes:
-        # And what builtin open checks only after opening: the text layer's arguments.
-        if buffering == 0:
-            raise ValueError("can't have unbuffered text I/O")
-        io.TextIOWrapper(io.BytesIO(), text_encoding(encoding), errors, newline)
-
-
-async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: str | None = None,
-                     errors: str | None = None, newline: str | None = None, closefd: bool = True,
-                     opener: Any = None) -> tuple[Any, bool]:
-    """Open like builtin open, with OPENAT and CLOSE on the ring.
-
-    Returns (file object, on_ring): the same stack builtin open returns; for a
-    regular file its raw layer is a RingFileIO (on_ring True); for anything
-    else (a FIFO, a terminal, a device) it is the stdlib's own FileIO, which
-    the wrappers then drive from the executor as aiofiles does.
-    """
-    check_open(file, mode, buffering, encoding, errors, newline, closefd)
-    rawmode, binary, plus, flags = _MODE_PLANS.get(mode) or _mode_plan(mode)
-    shared_offset = isinstance(file, int)
-    if shared_offset:
-        if file < 0:
-            raise ValueError("negative file descriptor")  # as builtin open
-        fd = file
-        name: Any = file
-    else:
-        name = os.fspath(file) if not isinstance(file, (str, bytes)) else file
-        if opener is None:
-            fd = await _pathops.open_encoded(name, _pathops._encode(name, "open"), flags, 0o666)
-        else:
-            fd = opener(name, flags)
-            if not isinstance(fd, int):
-                raise TypeError("expected integer from opener")
-            if fd < 0:
-                raise ValueError(f"opener returned {fd}")
-    owned = closefd
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), name)
-        if not stat.S_ISREG(st.st_mode):
-            result = open(fd, mode, buffering, encoding, errors, newline, closefd=closefd)  # noqa: ASYNC230 (an open fd: no I/O)
-            top: Any = result
-            raw_of = top if buffering == 0 else getattr(top, "buffer", top).raw
-            raw_of.name = name
-            owned = False
-            return result, False
-        raw = RingFileIO(fd, rawmode + "b", name, closefd, st)
-        if shared_offset:  # FileIO reads and writes at the fd's own offset
-            raw.shared_offset = True
-            raw.pos = os.lseek(fd, 0, os.SEEK_CUR)
-    except BaseException:
-        if owned:
-            await _pathops.close(fd)
-        raise
-    try:
-        line_buffering = False
-        if buffering == 1:  # (a regular file is never a terminal: no isatty to ask)
-            buffering = -1
-            line_buffering = True
-        if buffering < 0:
-            buffering = st.st_blksize if st.st_blksize > 1 else io.DEFAULT_BUFFER_SIZE
-        raw.bufsize = buffering if buffering > 0 else io.DEFAULT_BUFFER_SIZE
-        if buffering == 0:
-            if binary:
-                return raw, True
-            raise ValueError("can't have unbuffered text I/O")
-        if plus:
-            buffer: Any = io.BufferedRandom(raw, buffering)
-        elif rawmode[0] in "wxa":
-            buffer = io.BufferedWriter(raw, buffering)
-        else:
-            buffer = io.BufferedReader(raw, buffering)
-        if binary:
-            return buffer, True
-        encoding = text_encoding(encoding)
-        text = io.TextIOWrapper(buffer, encoding, errors, newline, line_buffering)
-        text.mode = mode  # type: ignore[misc]
-        raw.newline = newline
-        return text, True
-    except BaseException:
-        raw.defer = True  # close through the ring: queue, then drain
-        try:
-            raw.close()
-        finally:
-            raw.defer = False
-        await raw.drain()
-        raise
