@@ -30,7 +30,7 @@ from typing import Any
 from . import __version__, _binding
 from ._loops import chosen_backend
 from ._ring import _REQUIRED_OPS, Ring
-from ._threads import EMULATED
+from ._workers import EMULATED
 
 # Ring features and setup flags aioring relies on or uses when present.
 _FEATURES = {"NODROP": _binding.FEAT_NODROP, "FAST_POLL": _binding.FEAT_FAST_POLL,

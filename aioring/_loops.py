@@ -32,12 +32,13 @@ import warnings
 import weakref
 from collections.abc import Callable
 
-from ._ring import DEFAULT_ENTRIES, Ring, setup_error
+from ._ring import Ring, setup_error
+from ._ringbase import DEFAULT_ENTRIES, RingBase
 
 __all__ = ["chosen_backend", "close_ring", "get_ring"]
 
 _lock = threading.RLock()  # (get_ring closes a ring it failed to register under it)
-_rings: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.ref[Ring]] = \
+_rings: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.ref[RingBase]] = \
     weakref.WeakKeyDictionary()
 
 
@@ -46,10 +47,10 @@ def _no_ring() -> None:
 
 
 # The ring found last: one call and one attribute check on the hot path.
-_last: Callable[[], Ring | None] = _no_ring
+_last: Callable[[], RingBase | None] = _no_ring
 
 
-def _ring_of(loop: asyncio.AbstractEventLoop) -> Ring | None:
+def _ring_of(loop: asyncio.AbstractEventLoop) -> RingBase | None:
     ref = _rings.get(loop)
     return ref() if ref is not None else None
 
@@ -94,7 +95,7 @@ def _choose_backend() -> str:
     return "threads"
 
 
-def get_ring(loop: asyncio.AbstractEventLoop | None = None, *, entries: int | None = None) -> Ring:
+def get_ring(loop: asyncio.AbstractEventLoop | None = None, *, entries: int | None = None) -> RingBase:
     """The ring of `loop` (default: the running loop), made on first use.
 
     `entries` sizes the submission queue of a ring made by this call (the
@@ -145,7 +146,7 @@ def close_ring(loop: asyncio.AbstractEventLoop | None = None) -> None:
         _close(ring)
 
 
-def _close(ring: Ring) -> None:
+def _close(ring: RingBase) -> None:
     """Close `ring` and take it out of the registry once it is closed."""
     try:
         ring.close()
@@ -154,7 +155,7 @@ def _close(ring: Ring) -> None:
             _forget(ring)
 
 
-def _forget(ring: Ring) -> None:
+def _forget(ring: RingBase) -> None:
     global _last
     loop = ring._loop_ref()
     with _lock:

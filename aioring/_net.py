@@ -36,7 +36,7 @@ from . import _redelivery
 from ._liburing import ffi, lib
 from ._ops import MAX_RW, _yield_keeping, check_fd, pace, readable_buffer, result, writable_buffer
 from ._loops import get_ring
-from ._ring import Op, Ring, os_error
+from ._ringbase import Op, RingBase, os_error
 
 __all__ = ["sock_accept", "sock_connect", "sock_recv", "sock_recv_into", "sock_recvfrom",
            "sock_recvfrom_into", "sock_sendall", "sock_sendfile", "sock_sendto"]
@@ -97,7 +97,7 @@ def check_socket(sock: Any) -> int:
     return check_fd(sock.fileno())
 
 
-def _ring_and_loop() -> tuple[asyncio.AbstractEventLoop, Ring]:
+def _ring_and_loop() -> tuple[asyncio.AbstractEventLoop, RingBase]:
     loop = _get_running_loop()
     return loop, get_ring(loop)
 
@@ -620,7 +620,7 @@ def _check_sendfile(sock: socket.socket, file: Any, offset: Any, count: Any) -> 
         raise ValueError(f"offset must be a non-negative integer (got {offset!r})")
 
 
-async def _splice(ring: Ring, loop: asyncio.AbstractEventLoop, fd_in: int, off_in: int,
+async def _splice(ring: RingBase, loop: asyncio.AbstractEventLoop, fd_in: int, off_in: int,
                   fd_out: int, nbytes: int) -> int:
     while True:
         op = ring.start(loop, lib.aior_prep_splice,

@@ -28,7 +28,7 @@ from typing import Any
 from ._liburing import ffi, lib
 from . import _loops, _redelivery
 from ._loops import get_ring
-from ._ring import Op, Ring, os_error, ready
+from ._ringbase import Op, RingBase, os_error, ready
 
 __all__ = ["aligned_buffer", "fsync", "read", "readinto", "result", "write"]
 
@@ -275,7 +275,7 @@ def read_request(fd: int, addr: Any, n: int, offset: int) -> tuple[Any, tuple[An
     return _PREP_RW, (_READ, fd, addr, n, offset, 0), False
 
 
-async def read_result(ring: Ring, op: Op, cold: bool) -> Any:
+async def read_result(ring: RingBase, op: Op, cold: bool) -> Any:
     """result() of a read made by read_request, counting it among the cold
     reads in flight meanwhile if it is one."""
     if not cold:
@@ -419,7 +419,7 @@ def readable_buffer(data: Any) -> Any:
     raise TypeError(f"a contiguous bytes-like object is required, not {type(data).__name__!r}")
 
 
-async def result(ring: Ring, op: Op) -> Any:
+async def result(ring: RingBase, op: Op) -> Any:
     """Await `op`; if the caller is cancelled, wait for the kernel (Ring.settle)."""
     if op.future is None:
         return ready(op)

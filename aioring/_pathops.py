@@ -24,7 +24,7 @@ from collections.abc import Callable
 from . import _binding, _redelivery
 from ._ops import _INT_MAX, _INT_MIN, _yield_keeping, check_fd, check_int, check_size, pace, result
 from ._loops import get_ring
-from ._ring import Op, Ring, os_error
+from ._ringbase import Op, RingBase, os_error
 
 __all__ = ["close", "fallocate", "ftruncate", "link", "lstat", "mkdir", "open", "rename", "replace", "rmdir",
            "stat", "symlink", "unlink"]
@@ -73,7 +73,7 @@ async def _call(opcode: int, fallback: Callable[[], Any], prep: Any, args: tuple
     return await _on_ring(loop, ring, prep, args, keep, finish, filename, filename2)
 
 
-async def _on_ring(loop: asyncio.AbstractEventLoop, ring: Ring, prep: Any, args: tuple[Any, ...],
+async def _on_ring(loop: asyncio.AbstractEventLoop, ring: RingBase, prep: Any, args: tuple[Any, ...],
                    keep: Any = None, finish: Callable[[Op, int], Any] | None = None,
                    filename: Any = None, filename2: Any = None) -> Any:
     op = ring.start(loop, prep, args, keep, finish)

@@ -50,10 +50,10 @@ from typing import TYPE_CHECKING, Any
 from ._liburing import ffi, lib
 from ._net import check_socket, sock_connect
 from ._ops import MAX_RW, check_fd, pace
-from ._ring import _DONE as _OP_DONE
-from ._ring import _WAITING as _OP_WAITING
+from ._ringbase import _DONE as _OP_DONE
+from ._ringbase import _WAITING as _OP_WAITING
 from ._loops import get_ring
-from ._ring import Op, os_error, ready
+from ._ringbase import Op, os_error, ready
 
 if TYPE_CHECKING:
     from . import _tls  # (imported when a connection asks for TLS: ssl is not light)

@@ -11,7 +11,7 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from ._file import RingFileIO, find_line_end, ring_raw
+from ._file import RingFileIO, ring_raw
 from ._ops import pace
 
 __all__ = ["AiofilesContextManager", "AsyncBase", "AsyncFileBase", "AsyncIndirectBase", "wrap"]
@@ -101,7 +101,7 @@ class AsyncBase:
         fd, done at once as the ring would do it (a file only read, on a file
         system that needs no flush, with no call under way)."""
         raw = self._raw
-        return raw is not None and raw._close_now and not (raw._busy or raw._queue or raw.shared_offset)
+        return raw is not None and raw.closes_at_once()
 
     # -- the two ways a call runs -------------------------------------------
     async def _executor_call(self, name: str, *args: Any) -> Any:
@@ -117,13 +117,13 @@ class AsyncBase:
         if raw is None:
             assert isinstance(name, str)
             return await self._executor_call(name, *args)
-        if raw._busy or raw._queue:
+        if raw.busy or raw.queue:
             # (A close drains what is queued after it queued its own close: a
             # write that keeps failing is then dropped and the fd still closed.)
             if await raw.enter(drain=name not in _ENDING):
                 plan = self._replan(name, args)  # the calls before this one moved the position
         else:  # (enter's work, without a coroutine)
-            raw._busy = True
+            raw.busy = True
             try:
                 raw.begin_call()
             except BaseException:
@@ -140,31 +140,30 @@ class AsyncBase:
         file = self._file
         if raw.closed:
             plan = None  # the stdlib method raises ValueError; the fd is not touched
-        if size_fresh or raw._append:
+        if size_fresh or raw.appending:
             if not raw.closed:
                 raw.refresh_size()
         if plan is not None:
             # Never read ahead much past the end of file, whatever was asked.
-            limit = max(plan[1], raw._size) + _PAST_END
+            limit = max(plan[1], raw.size) + _PAST_END
             if plan[0] == "range":
                 start, end = plan[1], min(plan[2], limit)
-                if end >= raw._size:
+                if end >= raw.size:
                     end += 1  # reaching end of file: read past it, so the window knows it
-                ws = raw._wstart
-                if not (ws <= start and end <= ws + len(raw._wbuf)):
+                if not raw.holds(start, end):
                     await raw.fill(start, end)
             else:
                 await raw.fill_line(plan[1], min(plan[2], limit), plan[3], plan[4],
                                     min(plan[5], limit))
         if name not in _ENDING and pace():
             await asyncio.sleep(0)  # never before a close: one cancelled here would not close
-        raw._defer = True
+        raw.defer = True
         try:
             result = (getattr(file, name) if isinstance(name, str) else name)(*args)
         finally:
-            raw._defer = False
+            raw.defer = False
             try:
-                if raw._queue:
+                if raw.queue:
                     await raw.drain()
             finally:
                 raw.end_call()
@@ -181,13 +180,13 @@ class AsyncFileBase(AsyncBase):
     async def readline(self, size: Any = -1) -> Any:
         """io.IOBase.readline, awaited: the same arguments, result and exceptions."""
         raw = self._raw
-        if size == -1 and raw is not None and not raw._busy and not raw._queue and self._line_ends():
+        if size == -1 and raw is not None and not raw.busy and not raw.queue and self._line_ends():
             return await self._call_now(raw, "readline", -1)
         return await self._call("readline", self._replan("readline", (size,)), size)
 
     async def __anext__(self) -> Any:
         raw = self._raw
-        if raw is not None and not raw._busy and not raw._queue and self._line_ends():
+        if raw is not None and not raw.busy and not raw.queue and self._line_ends():
             line = await self._call_now(raw, "readline", -1)  # (readline's, one coroutine fewer)
         else:
             line = await self.readline()
@@ -208,36 +207,31 @@ class AsyncFileBase(AsyncBase):
         """Whether the window holds all that the stdlib's readline() or (for a
         BufferedReader) read(arg) can read of the raw file: the next line and
         the slack past it; `arg` bytes and a buffer more."""
-        buf = raw._wbuf
-        off = raw._pos - raw._wstart
-        if off < 0:
-            return False
         if name == "read":
-            return off + arg + raw.bufsize <= len(buf)
+            return raw.holds(raw.pos, raw.pos + arg + raw.bufsize)
         terms = self._line_ends()
         assert terms is not None
-        i = find_line_end(buf, terms, off)
-        return i >= 0 and i + self._slack(raw) <= len(buf)
+        return raw.holds_line(terms, self._slack(raw))
 
     async def _call_now(self, raw: RingFileIO, name: str, arg: int) -> Any:
         """_call for a read that the window usually serves whole (iterating a
         file, reading it in chunks): then the stdlib's method runs at once,
         with no plan and no fill.  The file is taken throughout, so calls
         made after this one still run after it."""
-        raw._busy = True
+        raw.busy = True
         try:
             if pace():
                 await asyncio.sleep(0)  # (a task reading cached bytes would not yield otherwise)
             raw.begin_call()  # drops a stale window
             if not self._fits(raw, name, arg):
                 return await self._run(raw, name, self._replan(name, (arg,)), (arg,))
-            raw._defer = True
+            raw.defer = True
             try:
                 result = getattr(self._file, name)(arg)
             finally:
-                raw._defer = False
+                raw.defer = False
                 try:
-                    if raw._queue:  # ("+" modes flush pending writes first)
+                    if raw.queue:  # ("+" modes flush pending writes first)
                         await raw.drain()
                 finally:
                     raw.end_call()
@@ -352,14 +346,6 @@ class AiofilesContextManager(Awaitable[_T], AbstractAsyncContextManager[_T], Gen
 
 
 def _close_now(raw: RingFileIO | None) -> None:
-    """A close was cancelled before its writes and CLOSE went through the
-    ring: do them now with plain syscalls, so that the data is written and
-    the fd closed whatever the caller does next (os.close and page-cache
-    writes do not wait for the disk)."""
-    if raw is None or not raw.closed or raw._busy:
-        return
-    while raw._queue:
-        try:
-            raw._flush_sync()
-        except OSError:
-            raw._queue.popleft()  # a write that failed is dropped, as by a close; the close goes on
+    """A close was cancelled before it went through the ring: finish it now."""
+    if raw is not None:
+        raw.finish_close_now()

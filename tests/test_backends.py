@@ -20,7 +20,7 @@ import aioring
 import aioring.os
 from aioring import _loops
 from aioring._liburing import lib
-from aioring._threads import EMULATED
+from aioring._workers import EMULATED
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -205,7 +205,7 @@ def test_closing_the_loop_interrupts_a_blocked_worker_call_and_waits_for_it(new_
     threads ring interrupts each call its workers make and waits until it
     returned: after loop.close() no worker touches the caller's buffer, which
     is released (resizable), and the interrupted read took nothing."""
-    from aioring._threads import _workers
+    from aioring._workers import workers
 
     r, w = pipe
     buf = bytearray(8)
@@ -213,13 +213,13 @@ def test_closing_the_loop_interrupts_a_blocked_worker_call_and_waits_for_it(new_
 
     async def start() -> asyncio.Future[int]:
         task = asyncio.ensure_future(aioring.readinto(r, buf, 0))  # at an offset: a worker's pread
-        while not _workers()._running:  # until a worker is inside the call
+        while not workers()._running:  # until a worker is inside the call
             await asyncio.sleep(0)
         return task
 
     task = loop.run_until_complete(start())
     loop.close()
-    assert not _workers()._running
+    assert not workers()._running
     buf.extend(b"x")  # resizable: nothing holds it any more
     del buf[8:]
     os.write(w, b"12345678")
@@ -229,3 +229,52 @@ def test_closing_the_loop_interrupts_a_blocked_worker_call_and_waits_for_it(new_
     gc.collect()
     assert [ctx["message"] for ctx in loop_errors] == ["Task was destroyed but it is pending!"]
     loop_errors.clear()
+
+
+def _package_imports(module: str) -> set[str]:
+    """The aioring modules written in Python that `module` imports (at any
+    level of its code), and theirs, transitively: its own dependencies, so
+    the package's __init__ (which any submodule's import runs first) is
+    left out."""
+    import ast
+    from pathlib import Path
+
+    root = Path(aioring.__file__).parent
+
+    def source(name: str) -> Path | None:
+        path = root.joinpath(*name.split(".")[1:])
+        for candidate in (path / "__init__.py", path.with_suffix(".py")):
+            if candidate.is_file():
+                return candidate
+        return None
+
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        path = source(name)
+        if name in seen or name == "aioring" or path is None:
+            continue
+        seen.add(name)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                todo.extend(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+                base = ".".join(part for part in (base, node.module) if part)
+                todo.append(base)
+                todo.extend(f"{base}.{alias.name}" for alias in node.names)
+    return seen - {module}
+
+
+def test_neither_backend_imports_the_other():
+    """The io_uring ring and the threads backend are two implementations of
+    one interface: neither module reaches the other, however indirectly (the
+    registry in _loops picks one)."""
+    ring = _package_imports("aioring._ring")
+    threads = _package_imports("aioring._threads")
+    assert "aioring._threads" not in ring, sorted(ring)
+    assert "aioring._ring" not in threads, sorted(threads)
+    assert {"aioring._ringbase", "aioring._workers"} <= ring & threads
+    assert {"aioring._ring", "aioring._threads"} <= _package_imports("aioring._loops")

@@ -30,7 +30,7 @@ import pytest
 import aioring
 import aioring.os
 import aioring.tempfile
-from aioring import _ring
+from aioring import _ringbase
 
 CONTENT = b"0123456789abcdef"
 FAR = 2**70  # beyond any C type
@@ -637,13 +637,13 @@ class _Spy:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.started = 0
-        start = _ring.Ring.start
+        start = _ringbase.RingBase.start
 
         def counting(ring: Any, *args: Any, **kwargs: Any) -> Any:
             self.started += 1
             return start(ring, *args, **kwargs)
 
-        monkeypatch.setattr(_ring.Ring, "start", counting)
+        monkeypatch.setattr(_ringbase.RingBase, "start", counting)
 
 
 async def _outcome(call: Callable[[], Any]) -> BaseException | None:

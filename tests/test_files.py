@@ -17,7 +17,7 @@ import pytest
 
 import aioring
 import aioring.os
-from aioring import _file, tempfile, threadpool
+from aioring import _file, _rawfile, tempfile, threadpool
 from aioring.threadpool.binary import AsyncBufferedIOBase, AsyncBufferedReader, AsyncFileIO
 from aioring.threadpool.text import AsyncTextIOWrapper
 
@@ -155,7 +155,7 @@ async def test_text_round_trip_with_newlines_and_tell(sample: str) -> None:
     assert actual == expected
     async with aioring.open(sample) as f:
         assert [line async for line in f] == [line for line, _ in expected]
-    assert _file.SYNC_READS[0] == 0
+    assert _rawfile.SYNC_READS[0] == 0
 
 
 async def test_large_reads_go_straight_into_the_result(disk_dir: str) -> None:
@@ -324,7 +324,7 @@ async def test_every_read_and_write_goes_through_the_ring(sample: str, disk_dir:
     # read to EOF; open (creating), write, close: at least 4 completions.  (The
     # first open and close need no ring op: see the test below.)
     assert ring_stats()["completions"] - before >= 4
-    assert _file.SYNC_READS[0] == 0
+    assert _rawfile.SYNC_READS[0] == 0
 
 
 async def test_opening_and_closing_a_cached_file_for_reading_take_no_ring_op(sample: str) -> None:
@@ -348,8 +348,8 @@ async def test_opening_and_closing_a_cached_file_for_reading_take_no_ring_op(sam
 async def test_opens_that_must_wait_go_to_the_ring(sample: str, mode: str, monkeypatch) -> None:
     from aioring import _pathops
     monkeypatch.setattr(_pathops, "_open_now", [False])  # as where a path is not in the cache
-    monkeypatch.setattr(_file, "_NO_FLUSH_FS", frozenset())  # as on NFS or FUSE: the close too
-    monkeypatch.setattr(_file, "_FS_CLOSES_AT_ONCE", {})
+    monkeypatch.setattr(_rawfile, "_NO_FLUSH_FS", frozenset())  # as on NFS or FUSE: the close too
+    monkeypatch.setattr(_rawfile, "_FS_CLOSES_AT_ONCE", {})
     fds = _fds()
     with open(sample, mode) as f:
         expected = f.read() if f.readable() else None

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import aioring
-from aioring import _file
+from aioring import _rawfile
 
 # AIORING_EXAMPLES=2000 explores further (make soak).
 SETTINGS = settings(max_examples=int(os.environ.get("AIORING_EXAMPLES", "120")), deadline=None,
@@ -92,7 +92,7 @@ def _copies(tmp: str, content: bytes, mode: str) -> tuple[str, str]:
 async def test_binary_files_behave_as_builtin_open(disk_dir: str, content: bytes, mode: str, buffering: int,
                                                    ops: list[tuple[Any, ...]]) -> None:
     a, b = _copies(disk_dir, content, mode)
-    sync_reads = _file.SYNC_READS[0]
+    sync_reads = _rawfile.SYNC_READS[0]
     expected = open(a, mode, buffering=buffering)
     actual = await aioring.open(b, mode, buffering=buffering)
     try:
@@ -117,7 +117,7 @@ async def test_binary_files_behave_as_builtin_open(disk_dir: str, content: bytes
         r_close = await _aoutcome(actual.close())
     assert r_close == e_close
     assert Path(b).read_bytes() == Path(a).read_bytes()
-    assert _file.SYNC_READS[0] == sync_reads
+    assert _rawfile.SYNC_READS[0] == sync_reads
 
 
 @SETTINGS
@@ -128,7 +128,7 @@ async def test_text_files_behave_as_builtin_open(disk_dir: str, content: str, mo
                                                  encoding: str, errors: str, buffering: int,
                                                  ops: list[tuple[Any, ...]]) -> None:
     a, b = _copies(disk_dir, content.encode(encoding, "replace"), mode)
-    sync_reads = _file.SYNC_READS[0]
+    sync_reads = _rawfile.SYNC_READS[0]
     kwargs = {"buffering": buffering, "encoding": encoding, "errors": errors, "newline": newline}
     expected = open(a, mode, **kwargs)
     actual = await aioring.open(b, mode, **kwargs)
@@ -164,4 +164,4 @@ async def test_text_files_behave_as_builtin_open(disk_dir: str, content: str, mo
     assert r_close == e_close
     assert Path(b).read_bytes() == Path(a).read_bytes()
     if encoding != "utf-16":  # its newline bytes may match at odd offsets: a rare sync read is allowed
-        assert _file.SYNC_READS[0] == sync_reads
+        assert _rawfile.SYNC_READS[0] == sync_reads

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import aioring
-from aioring import _file, _ops
+from aioring import _file, _ops, _rawfile
 
 
 def _fds() -> set[str]:
@@ -99,12 +99,12 @@ async def test_concurrent_reads_never_read_synchronously(disk_dir: str, mode: st
     data = _pattern(1_000_000)
     path.write_bytes(data)
     kwargs: dict[str, Any] = {} if mode == "rb" else {"encoding": "latin-1", "newline": ""}
-    before = _file.SYNC_READS[0]
+    before = _rawfile.SYNC_READS[0]
     async with aioring.open(path, mode, **kwargs) as f:
         parts = await asyncio.gather(*(f.read(10_000) for _ in range(101)))
     joined = b"".join(parts) if mode == "rb" else "".join(parts).encode("latin-1")
     assert joined == data
-    assert _file.SYNC_READS[0] == before
+    assert _rawfile.SYNC_READS[0] == before
 
 
 # -- files opened by fd ----------------------------------------------------------
@@ -535,8 +535,8 @@ async def test_truncate_overflow_does_not_poison_the_file(disk_dir: str, bufferi
         await f.close()
     finally:
         if not f.closed:  # leave nothing behind for later tests
-            f._raw._queue.clear()
-            f._raw._defer = False
+            f._raw.queue.clear()
+            f._raw.defer = False
             f._raw.close()
     assert path.read_bytes() == b"X123456789"
     assert _fds() == before
@@ -667,7 +667,7 @@ def _first_end(buf: bytes, terms: tuple[bytes, ...], start: int) -> int:
 def test_find_line_end_near_and_far(terms: tuple[bytes, ...]) -> None:
     """Where the first line end is: near the start, straddling the edge of
     the first, near search, past it, or nowhere; \r\n counts from its \r."""
-    near = _file._NEAR
+    near = _rawfile._NEAR
     for start in (0, 3):
         for at in (0, 5, near - 3, near - 2, near - 1, near, near + 1, 3 * near, None):
             for term in (*terms, b"\r\n"):
@@ -675,7 +675,7 @@ def test_find_line_end_near_and_far(terms: tuple[bytes, ...]) -> None:
                 if at is not None:
                     buf[start + at:start + at + len(term)] = term
                     del buf[start + 4 * near:]
-                assert _file.find_line_end(buf, terms, start) == _first_end(bytes(buf), terms, start), \
+                assert _rawfile.find_line_end(buf, terms, start) == _first_end(bytes(buf), terms, start), \
                     (start, at, term)
 
 
@@ -708,7 +708,7 @@ async def test_iterating_lines_of_every_length(disk_dir: str, mode: str, bufferi
     path.write_bytes(b"".join(b"x" * n + b"\n" for n in lengths) + b"tail")
     with open(path, mode, buffering) as g:
         expected = list(g)
-    sync_reads = _file.SYNC_READS[0]
+    sync_reads = _rawfile.SYNC_READS[0]
     async with aioring.open(path, mode, buffering) as f:
         assert [line async for line in f] == expected
         assert await f.readline() == expected[0][:0]
@@ -717,7 +717,7 @@ async def test_iterating_lines_of_every_length(disk_dir: str, mode: str, bufferi
         while line := await f.readline():
             got.append(line)
         assert got == expected
-    assert _file.SYNC_READS[0] == sync_reads
+    assert _rawfile.SYNC_READS[0] == sync_reads
 
 
 @pytest.mark.parametrize("mode", ["r", "rb"])
@@ -761,8 +761,7 @@ async def test_an_unbuffered_append_lands_after_another_writers_append(disk_dir:
         return await real(fd, data, offset)
     try:
         f = await aioring.open(path, "ab+", buffering=0)
-        from aioring.threadpool import binary
-        monkeypatch.setattr(binary, "_ring_write", write_after_another)
+        monkeypatch.setattr(_ops, "write", write_after_another)
         assert await f.write(b"mine") == 4
         monkeypatch.undo()
         assert await f.tell() == len(b"startOTHERmine") == os.path.getsize(path)

@@ -14,7 +14,7 @@ import struct
 import pytest
 
 import aioring
-from aioring import _loops, _ring
+from aioring import _loops, _ringbase
 
 IMPLS = ["aioring", "asyncio"]
 
@@ -54,15 +54,15 @@ async def _cancel_ring_ops(exclude: set[int] = frozenset()) -> None:
     ring = _loops.get_ring(asyncio.get_running_loop())
     ops = []
     for key, op in list(ring._ops.items()):
-        if op is not _ring._CANCEL and key not in exclude:
+        if op is not _ringbase._CANCEL and key not in exclude:
             ops.append(op)
             ring._cancel(key)
     for op in list(ring._waiting):  # (held back: the threads backend polls first)
-        if op.state != _ring._DONE:
+        if op.state != _ringbase._DONE:
             ops.append(op)
             ring.cancel(op)
     for _ in range(1000):
-        if all(op.state == _ring._DONE for op in ops):
+        if all(op.state == _ringbase._DONE for op in ops):
             break
         await asyncio.sleep(0)
     for op in ops:

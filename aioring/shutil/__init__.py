@@ -49,7 +49,7 @@ from typing import Any
 
 from .. import _ops, _pathops
 from . import _kernel
-from .._ring import Op
+from .._ringbase import Op
 from ..threadpool.binary import AsyncBufferedIOBase, AsyncBufferedReader, AsyncFileIO
 
 __all__ = ["COPY_BUFSIZE", "COPY_TASKS", "REMOVE_DIRS", "REMOVE_OPS", "Error", "ExecError", "ReadError",

@@ -35,7 +35,7 @@ from .. import _binding, _ops
 from .._ops import result
 from .._pathops import _FS_ENCODING, _FS_ERRORS
 from .._loops import get_ring
-from .._ring import Op
+from .._ringbase import Op
 
 __all__ = ["Batch", "copy_data", "finished", "settle", "together"]
 

@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any
 
 from .. import _pathops
-from .._file import check_open, open_stack, text_encoding
+from .._open import check_open, open_stack, text_encoding
 from ..base import AiofilesContextManager
 from ..threadpool import wrap as _wrap_io
 from .temptypes import AsyncSpooledTemporaryFile, AsyncTemporaryDirectory

@@ -16,7 +16,8 @@ from io import (BufferedIOBase, BufferedRandom, BufferedReader, BufferedWriter, 
                 TextIOWrapper)
 from typing import Any
 
-from .._file import RingFileIO, open_stack
+from .._file import RingFileIO
+from .._open import open_stack
 from ..base import AiofilesContextManager, AsyncBase
 from .binary import (
     AsyncBufferedIOBase,

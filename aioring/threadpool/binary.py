@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import io
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
-from .._file import (_DIRECT_READ, _INF, _REST_MAX, _REST_MIN, RingFileIO, read_direct, read_rest,
-                     read_rest_now, readinto_direct)
-from .._ops import pace, write as _ring_write
+from .._file import (DIRECT_READ, INF, REST_MAX, REST_MIN, RingFileIO, read_direct, read_rest,
+                     read_rest_now, readinto_direct, write_direct)
+from .._ops import pace
 from ..base import AsyncFileBase, AsyncIndirectBase, Plan
 
 __all__ = ["AsyncBufferedIOBase", "AsyncBufferedReader", "AsyncFileIO", "AsyncIndirectBufferedIOBase",
@@ -46,24 +45,24 @@ class _BinaryBase(AsyncFileBase):
 
     def _read_plan(self, raw: RingFileIO, n: Any) -> Plan:
         file = self._file
-        t = file.tell() if file is not raw else raw._pos
-        rpos = raw._pos
+        t = file.tell() if file is not raw else raw.pos
+        rpos = raw.pos
         # BufferedRandom may read at the raw position before it flushes
         # pending writes (read1): cover from the lower of the two positions.
         start = t if t < rpos else rpos
         if n is None or n < 0:
-            return ("range", start, _INF)
+            return ("range", start, INF)
         # A BufferedRandom with pending writes rereads what it holds: even a
         # read its buffer serves may reach the raw file.
         return ("range", start, max(t + n.__index__(), rpos) + raw.bufsize)
 
     def _line_plan(self, raw: RingFileIO, limit: Any) -> Plan:
         file = self._file
-        t = file.tell() if file is not raw else raw._pos
-        rpos = raw._pos
+        t = file.tell() if file is not raw else raw.pos
+        rpos = raw.pos
         start = t if t < rpos else rpos
         limit = -1 if limit is None else limit.__index__()
-        cap = t + limit + 1 if limit >= 0 else _INF
+        cap = t + limit + 1 if limit >= 0 else INF
         # The line's end is searched from where the raw file will be read: a
         # BufferedRandom serves [t, rpos) from its buffer, and writes it holds
         # (which may replace a newline) end at t; it flushes them first.
@@ -75,11 +74,11 @@ class _BinaryBase(AsyncFileBase):
             return self._read_plan(raw, -1)
         plan = self._line_plan(raw, -1)
         assert plan is not None
-        return ("line", plan[1], plan[2] + hint, _NL, raw.bufsize + 1, _INF)
+        return ("line", plan[1], plan[2] + hint, _NL, raw.bufsize + 1, INF)
 
     def _read1_plan(self, raw: RingFileIO, n: Any) -> Plan:
         t = self._file.tell()
-        rpos = raw._pos
+        rpos = raw.pos
         n = -1 if n is None else n.__index__()
         return ("range", min(t, rpos), max(t, rpos) + max(n, raw.bufsize) + 1)
 
@@ -136,8 +135,8 @@ class AsyncBufferedIOBase(_BinaryBase):
     async def read(self, size: Any = -1) -> bytes:
         """io.BufferedIOBase.read, awaited: the same arguments, result and exceptions."""
         raw = self._raw
-        if raw is not None and not raw._busy and not raw._queue and not raw.closed and raw.readable():
-            if type(size) is int and size >= _DIRECT_READ:
+        if raw is not None and not raw.busy and not raw.queue and not raw.closed and raw.readable():
+            if type(size) is int and size >= DIRECT_READ:
                 return await self._read_direct(raw, size)
             if type(size) is int and size >= 0 and type(self._file) is io.BufferedReader:
                 chunk: bytes = await self._call_now(raw, "read", size)
@@ -147,11 +146,11 @@ class AsyncBufferedIOBase(_BinaryBase):
                 # fills the result itself (one copy of the file, not a window
                 # and a copy of it).  The file stays taken throughout.
                 file = self._file
-                raw._busy = True
+                raw.busy = True
                 try:
                     raw.begin_call()
-                    n = raw._size - raw._pos
-                    if file.tell() != raw._pos or not _REST_MIN <= n <= _REST_MAX:
+                    n = raw.size - raw.pos
+                    if file.tell() != raw.pos or not REST_MIN <= n <= REST_MAX:
                         return await self._run(raw, "read", self._plan(self._read_plan, -1), (-1,))
                     if pace():
                         await asyncio.sleep(0)  # (a task reading cached files would not yield otherwise)
@@ -172,14 +171,14 @@ class AsyncBufferedIOBase(_BinaryBase):
     async def readinto(self, b: Any) -> int:
         """io.BufferedIOBase.readinto, awaited: the same arguments, result and exceptions."""
         raw = self._raw
-        if raw is not None and not raw._busy and not raw._queue and not raw.closed and raw.readable():
+        if raw is not None and not raw.busy and not raw.queue and not raw.closed and raw.readable():
             try:
                 view = memoryview(b)
             except TypeError:
                 view = None
             if view is not None:
                 with view:
-                    if not view.readonly and view.nbytes >= _DIRECT_READ:
+                    if not view.readonly and view.nbytes >= DIRECT_READ:
                         if view.ndim == 1 and view.format == "B" and view.c_contiguous:
                             return await self._readinto_direct(raw, view)  # (a bytearray's, say)
                         with view.cast("B") as out:
@@ -192,13 +191,13 @@ class AsyncBufferedIOBase(_BinaryBase):
         the result; the rest goes through the buffer, as BufferedReader's.
         The file stays taken throughout: no other call comes in between."""
         file = self._file
-        raw._busy = True
+        raw.busy = True
         try:
             raw.begin_call()
             whole = n - n % raw.bufsize
-            if file.tell() != raw._pos or raw._size - raw._pos < n:
+            if file.tell() != raw.pos or raw.size - raw.pos < n:
                 return await self._run(raw, "read", self._plan(self._read_plan, n), (n,))
-            start = raw._pos
+            start = raw.pos
             data = await read_direct(raw, whole)
             _moved(raw, file, len(data))
             if len(data) < whole or whole == n:
@@ -211,7 +210,7 @@ class AsyncBufferedIOBase(_BinaryBase):
                 # Cancelled before the rest: what was read reaches nobody, so
                 # none of it is consumed (the file's position goes back).
                 raw.begin_call()
-                _moved(raw, file, start - raw._pos)
+                _moved(raw, file, start - raw.pos)
                 raise
         finally:
             raw.release()
@@ -220,10 +219,10 @@ class AsyncBufferedIOBase(_BinaryBase):
         """A readinto larger than the buffer with nothing buffered: all of it
         straight from the raw file, as BufferedReader.readinto reads it."""
         file = self._file
-        raw._busy = True
+        raw.busy = True
         try:
             raw.begin_call()
-            if file.tell() != raw._pos or raw._size - raw._pos < len(out) or len(out) <= raw.bufsize:
+            if file.tell() != raw.pos or raw.size - raw.pos < len(out) or len(out) <= raw.bufsize:
                 return await self._run(raw, "readinto", self._plan(self._read_plan, len(out)), (out,))
             n = await readinto_direct(raw, out)
             _moved(raw, file, n)
@@ -294,7 +293,7 @@ class AsyncFileIO(_BinaryBase):
         except TypeError:
             return await self._call("write", None, b)
         with data:
-            return await self._direct(raw, _write_at_position, data.cast("B"))
+            return await self._direct(raw, write_direct, data.cast("B"))
 
     async def _direct(self, raw: RingFileIO, func: Callable[..., Coroutine[Any, Any, Any]],
                       arg: Any) -> Any:
@@ -304,32 +303,13 @@ class AsyncFileIO(_BinaryBase):
                 raise ValueError("I/O operation on closed file")
             try:
                 result = await func(raw, arg)
-                if func is not _write_at_position:
-                    raw._pos += len(result) if isinstance(result, bytes) else result
+                if func is not write_direct:
+                    raw.pos += len(result) if isinstance(result, bytes) else result
             finally:
                 raw.end_call()
         finally:
             raw.release()
         return result
-
-
-async def _write_at_position(raw: RingFileIO, data: memoryview) -> int:
-    """One write at the position (at the end in append mode), as FileIO.write."""
-    if not data:
-        return 0  # as write(2) of nothing: the position stays, even in append mode
-    if raw._append:
-        n = int(await _ring_write(raw._fd, data, -1))
-        # Where it went: the fd's position is past it (another writer may
-        # have appended since any size this file knew).
-        off = os.lseek(raw._fd, 0, os.SEEK_CUR) - n
-    else:
-        off = raw._pos
-        n = int(await _ring_write(raw._fd, data, off))
-    raw._patch(off, bytes(data[:n]))
-    raw._wrote()
-    raw._pos = off + n
-    raw._size = max(raw._size, raw._pos)
-    return n
 
 
 class AsyncIndirectBufferedIOBase(AsyncIndirectBase, AsyncBufferedIOBase):
@@ -348,9 +328,9 @@ def _moved(raw: RingFileIO, file: Any, count: int) -> None:
     """After `count` bytes read straight from the raw position: the stdlib
     file's position follows (a seek, with nothing to read or write), and the
     call ends."""
-    raw._defer = True
+    raw.defer = True
     try:
-        file.seek(raw._pos + count)
+        file.seek(raw.pos + count)
     finally:
-        raw._defer = False
+        raw.defer = False
         raw.end_call()

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .._file import _INF, RingFileIO, line_terminator
+from .._file import INF, RingFileIO
+from .._open import line_terminator
 from ..base import AsyncFileBase, AsyncIndirectBase, Plan
 
 __all__ = ["AsyncTextIOWrapper", "AsyncTextIndirectIOWrapper"]
@@ -41,9 +42,9 @@ class AsyncTextIOWrapper(AsyncFileBase):
             return None
         try:
             n = -1 if size is None else size.__index__()
-            start = raw._pos
+            start = raw.pos
             if n < 0:
-                return ("range", start, _INF)
+                return ("range", start, INF)
             return ("range", start, start + n * _MAX_BYTES_PER_CHAR + self._slack(raw))
         except Exception:  # a bad argument or a detached file: the call itself raises
             return None
@@ -55,8 +56,8 @@ class AsyncTextIOWrapper(AsyncFileBase):
         try:
             n = -1 if size is None else size.__index__()
             slack = self._slack(raw)
-            start = raw._pos
-            cap = start + n * _MAX_BYTES_PER_CHAR + 1 if n >= 0 else _INF
+            start = raw.pos
+            cap = start + n * _MAX_BYTES_PER_CHAR + 1 if n >= 0 else INF
             return ("line", start, start, self._term, slack, cap)
         except Exception:
             return None
@@ -69,8 +70,8 @@ class AsyncTextIOWrapper(AsyncFileBase):
             n = -1 if hint is None else hint.__index__()
             if n <= 0:
                 return self._read_plan(-1)
-            start = raw._pos
-            return ("line", start, start + n * _MAX_BYTES_PER_CHAR, self._term, self._slack(raw), _INF)
+            start = raw.pos
+            return ("line", start, start + n * _MAX_BYTES_PER_CHAR, self._term, self._slack(raw), INF)
         except Exception:
             return None
 

@@ -1,0 +1,200 @@
+"""L4: opening a file as builtin open does, with its raw layer on the ring.
+
+``open_stack`` builds exactly the stack builtin ``open`` builds
+(TextIOWrapper over BufferedReader/Writer/Random over a raw file), with
+OPENAT and CLOSE on the ring; for a regular file the raw layer is a
+``RingFileIO``.  ``check_open`` raises what builtin open raises for bad
+arguments before anything is opened.
+"""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import functools
+import io
+import os
+import stat
+from typing import Any
+
+from . import _pathops
+from ._file import RingFileIO
+
+__all__ = ["check_open", "line_terminator", "open_stack", "text_encoding"]
+
+
+def text_encoding(encoding: str | None) -> str:
+    """io.text_encoding: the encoding a text file gets when none is given."""
+    return encoding if encoding is not None else io.text_encoding(None)  # type: ignore[attr-defined]
+
+
+@functools.lru_cache(maxsize=64)
+def line_terminator(encoding: str, newline: str | None) -> tuple[bytes, ...] | None:
+    """The encoded byte strings that can end a line of a text file (with
+    universal newlines "\r" and "\n"), or None if the encoding hides them
+    (the line prefetch then reads ahead blindly).  Asked at every text open:
+    kept per encoding and newline."""
+    # ("\n" first: find_line_end then looks for "\r" only before it, not
+    # through the whole window of a file that has none.)
+    ends = ["\n", "\r"] if newline in (None, "") else [newline]
+    try:
+        encoder = codecs.getincrementalencoder(encoding)()
+        encoder.encode("a")  # past any BOM
+        terms = tuple(encoder.encode(end) for end in ends)
+    except (LookupError, UnicodeError, TypeError):
+        return None
+    return terms if all(terms) else None
+
+
+# -- opening ---------------------------------------------------------------
+
+_MODE_FLAGS = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+               "x": os.O_WRONLY | os.O_CREAT | os.O_EXCL, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND}
+
+
+# What open_stack makes of a mode check_open found good: (raw mode, binary,
+# "+", open flags); bounded, as callers may pass many distinct values.
+_MODE_PLANS: dict[str, tuple[str, bool, bool, int]] = {}
+
+
+def _mode_plan(mode: str) -> tuple[str, bool, bool, int]:
+    modes = set(mode)
+    plus = "+" in modes
+    rawmode = "".join(c for c in "xrwa" if c in modes) + ("+" if plus else "")
+    flags = _MODE_FLAGS[rawmode[0]]
+    if plus:
+        flags = (flags & ~(os.O_WRONLY | os.O_RDONLY)) | os.O_RDWR
+    plan = (rawmode, "b" in modes, plus, flags | os.O_CLOEXEC)
+    if len(_MODE_PLANS) < 64:
+        _MODE_PLANS[mode] = plan
+    return plan
+
+
+# Arguments of opens that check_open found good (their checks depend on
+# nothing else); bounded, as callers may pass many distinct values.
+_GOOD_ARGS: set[tuple[Any, ...]] = set()
+_TEXT_ARG = (str, type(None))
+
+
+def check_open(file: Any, mode: str, buffering: int, encoding: str | None, errors: str | None,
+               newline: str | None, closefd: bool) -> None:
+    """Raise what builtin open raises for these arguments, without opening anything."""
+    is_fd = isinstance(file, int)
+    if not is_fd and type(file) is not str:
+        os.fspath(file)  # TypeError as builtin open's
+    cacheable = (type(mode) is str and type(buffering) is int and type(closefd) is bool
+                 and type(encoding) in _TEXT_ARG and type(errors) in _TEXT_ARG
+                 and type(newline) in _TEXT_ARG)
+    if cacheable:
+        key = (is_fd, mode, buffering, closefd, encoding, errors, newline)
+        if key in _GOOD_ARGS:
+            return
+    _check_open(file, mode, buffering, encoding, errors, newline, closefd)
+    if cacheable and len(_GOOD_ARGS) < 64:
+        _GOOD_ARGS.add(key)
+
+
+def _check_open(file: Any, mode: str, buffering: int, encoding: str | None, errors: str | None,
+                newline: str | None, closefd: bool) -> None:
+    # Let builtin open check every argument (same exceptions, same messages):
+    # on fd -1 it gets as far as creating the FileIO and stops there.
+    try:
+        probe = open(-1, mode, buffering, encoding, errors, newline, closefd=False)
+    except ValueError as exc:
+        if str(exc) != "negative file descriptor":
+            raise
+    else:  # pragma: no cover - fd -1 never opens
+        probe.close()
+    if not closefd and not isinstance(file, int):
+        raise ValueError("Cannot use closefd=False with file name")
+    modes = set(mode)
+    if not modes & {"x", "r", "w", "a"}:  # FileIO's check, which the probe never reached
+        raise ValueError("Must have exactly one of create/read/write/append mode and at most one plus")
+    if "b" not in modes:
+        # And what builtin open checks only after opening: the text layer's arguments.
+        if buffering == 0:
+            raise ValueError("can't have unbuffered text I/O")
+        io.TextIOWrapper(io.BytesIO(), text_encoding(encoding), errors, newline)
+
+
+async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: str | None = None,
+                     errors: str | None = None, newline: str | None = None, closefd: bool = True,
+                     opener: Any = None) -> tuple[Any, bool]:
+    """Open like builtin open, with OPENAT and CLOSE on the ring.
+
+    Returns (file object, on_ring): the same stack builtin open returns; for a
+    regular file its raw layer is a RingFileIO (on_ring True); for anything
+    else (a FIFO, a terminal, a device) it is the stdlib's own FileIO, which
+    the wrappers then drive from the executor as aiofiles does.
+    """
+    check_open(file, mode, buffering, encoding, errors, newline, closefd)
+    rawmode, binary, plus, flags = _MODE_PLANS.get(mode) or _mode_plan(mode)
+    shared_offset = isinstance(file, int)
+    if shared_offset:
+        if file < 0:
+            raise ValueError("negative file descriptor")  # as builtin open
+        fd = file
+        name: Any = file
+    else:
+        name = os.fspath(file) if not isinstance(file, (str, bytes)) else file
+        if opener is None:
+            fd = await _pathops.open_encoded(name, _pathops._encode(name, "open"), flags, 0o666)
+        else:
+            fd = opener(name, flags)
+            if not isinstance(fd, int):
+                raise TypeError("expected integer from opener")
+            if fd < 0:
+                raise ValueError(f"opener returned {fd}")
+    owned = closefd
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), name)
+        if not stat.S_ISREG(st.st_mode):
+            result = open(fd, mode, buffering, encoding, errors, newline, closefd=closefd)  # noqa: ASYNC230 (an open fd: no I/O)
+            top: Any = result
+            raw_of = top if buffering == 0 else getattr(top, "buffer", top).raw
+            raw_of.name = name
+            owned = False
+            return result, False
+        raw = RingFileIO(fd, rawmode + "b", name, closefd, st)
+        if shared_offset:  # FileIO reads and writes at the fd's own offset
+            raw.shared_offset = True
+            raw.pos = os.lseek(fd, 0, os.SEEK_CUR)
+    except BaseException:
+        if owned:
+            await _pathops.close(fd)
+        raise
+    try:
+        line_buffering = False
+        if buffering == 1:  # (a regular file is never a terminal: no isatty to ask)
+            buffering = -1
+            line_buffering = True
+        if buffering < 0:
+            buffering = st.st_blksize if st.st_blksize > 1 else io.DEFAULT_BUFFER_SIZE
+        raw.bufsize = buffering if buffering > 0 else io.DEFAULT_BUFFER_SIZE
+        if buffering == 0:
+            if binary:
+                return raw, True
+            raise ValueError("can't have unbuffered text I/O")
+        if plus:
+            buffer: Any = io.BufferedRandom(raw, buffering)
+        elif rawmode[0] in "wxa":
+            buffer = io.BufferedWriter(raw, buffering)
+        else:
+            buffer = io.BufferedReader(raw, buffering)
+        if binary:
+            return buffer, True
+        encoding = text_encoding(encoding)
+        text = io.TextIOWrapper(buffer, encoding, errors, newline, line_buffering)
+        text.mode = mode  # type: ignore[misc]
+        raw.newline = newline
+        return text, True
+    except BaseException:
+        raw.defer = True  # close through the ring: queue, then drain
+        try:
+            raw.close()
+        finally:
+            raw.defer = False
+        await raw.drain()
+        raise
