@@ -138,8 +138,15 @@ stop_request: Callable[[int, int, int], int] = lib.aior_stop_request
 fd_may_block: Callable[[int], int] = lib.aior_fd_may_block
 
 # ---- calls done at once -----------------------------------------------------
-# open_now(dfd, path: bytes, flags) -> fd, or -errno (-EAGAIN: it could wait).
+# open_now(dfd, path: bytes, flags) -> fd, or -errno (-EAGAIN: it could wait),
+# or at most -FIFO_HELD: a FIFO's read end held open, fifo_held(result) its fd.
 open_now: Callable[[int, bytes, int], int] = lib.aior_open_now
+FIFO_HELD: int = lib.AIOR_FIFO_HELD
+
+
+def fifo_held(res: int) -> int:
+    """The fd of the FIFO read end an open_now result holds, or -1."""
+    return -res - FIFO_HELD if res <= -FIFO_HELD else -1
 
 _STATX = ffi.typeof("struct statx *")
 _I64_16 = ffi.typeof("int64_t[16]")

@@ -111,7 +111,9 @@ _WALK_ERRORS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ELOOP
 
 
 def _opened_now(dfd: int, encoded: bytes, flags: int, path: Any) -> int:
-    """The fd of an open done at once (see open), or -1: the ring's turn.
+    """The fd of an open done at once (see open), or a negative number: the
+    ring's turn, with a FIFO's read end held open when _binding.fifo_held
+    gives its fd (the caller closes it after its own open).
     The caller yields now and then (pace): a task opening cached files
     would not yield otherwise."""
     if not _open_now[0]:
@@ -119,7 +121,7 @@ def _opened_now(dfd: int, encoded: bytes, flags: int, path: Any) -> int:
     if _redelivery.owed:
         _redelivery.deliver_owed()
     fd = _binding.open_now(dfd, encoded, flags)
-    if fd >= 0:
+    if fd >= 0 or _binding.fifo_held(fd) >= 0:
         return fd
     if -fd in _WALK_ERRORS:
         raise os_error(fd, _named(path))
@@ -150,8 +152,32 @@ async def open_encoded(path: Path, encoded: bytes, flags: int, mode: int, dir_fd
             await _yield_keeping()
         return fd
     fallback = functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)
+    held = _binding.fifo_held(fd)
+    if held >= 0:
+        return await _open_fifo_reader(fallback, held)
     return await _call(_binding.OP_OPENAT, fallback, _binding.prep_openat,
                        (dfd, encoded, flags, mode), filename=path)
+
+
+async def _open_fifo_reader(fallback: Callable[[], int], held: int) -> int:
+    """A FIFO's read end opened as os.open opens it, waiting for a writer,
+    in the executor: the ring's OPENAT would open it at once without one
+    (its first, non-blocking try succeeds), and reads would then see an end
+    of file.  `held`, the end open_now opened, stays open meanwhile, so that
+    a writer it let through finds a reader; it is closed after."""
+    fut = asyncio.get_running_loop().run_in_executor(None, fallback)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        fut.add_done_callback(_close_opened)  # the open may still succeed
+        raise
+    finally:
+        os.close(held)
+
+
+def _close_opened(fut: asyncio.Future[int]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        os.close(fut.result())
 
 
 async def close(fd: int) -> None:

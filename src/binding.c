@@ -508,7 +508,20 @@ int aior_open_now(int dfd, const char *path, int flags)
     fd = (int)syscall(SYS_openat2, dfd, path, &how, sizeof how);
     if (fd < 0)
         return -errno;
-    if (!(flags & (O_NONBLOCK | O_PATH)) && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+    if (flags & (O_NONBLOCK | O_PATH))
+        return fd;
+    if ((flags & O_ACCMODE) == O_RDONLY) {
+        /* A FIFO's read end opens at once without O_NONBLOCK only when a
+           writer is there; without one, reads would see an end of file
+           that a blocking open never shows.  The caller keeps this end open
+           (so that a writer it let through never finds the FIFO without a
+           reader) while the blocking open waits. */
+        struct stat st;
+
+        if (fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode))
+            return -(AIOR_FIFO_HELD + fd);
+    }
+    if (fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
         int err = errno;
 
         close(fd);

@@ -73,6 +73,9 @@
 /* Added to a count by aior_rw_now: the part done so far, the ring to do the
    rest. */
 #define AIOR_PARTIAL ((int64_t)1 << 40)
+/* aior_open_now's results from -AIOR_FIFO_HELD down: a FIFO's read end held
+   (errno values stay above it). */
+#define AIOR_FIFO_HELD 4096
 
 #include "binding_api.h"
 

@@ -265,6 +265,30 @@ async def test_fifo_works_through_the_executor(disk_dir: str) -> None:
     await writer
 
 
+async def test_fifo_read_end_opens_once_a_writer_is_there(disk_dir: str) -> None:
+    # As builtin open: the open waits for a writer, so a read never sees an
+    # end of file that only says that no writer had come yet.
+    path = os.path.join(disk_dir, "fifo")
+    os.mkfifo(path)
+    loop = asyncio.get_running_loop()
+    opening = asyncio.ensure_future(aioring.open(path, "rb"))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not opening.done()
+
+    def feed() -> None:
+        with open(path, "wb") as w:
+            w.write(b"after the open\n")
+
+    await loop.run_in_executor(None, feed)
+    f = await opening
+    try:
+        assert await f.readline() == b"after the open\n"
+        assert await f.read() == b""
+    finally:
+        await f.close()
+
+
 async def test_wrap_dispatches_like_aiofiles(sample: str) -> None:
     assert type(threadpool.wrap(io.BytesIO(b"x"))) is AsyncBufferedIOBase
     with pytest.raises(TypeError, match="Unsupported io type"):
