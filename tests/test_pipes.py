@@ -200,7 +200,7 @@ async def test_a_kernel_without_nowait_pipe_writes_sends_through_the_ring(monkey
     got = asyncio.ensure_future(reader.readexactly(6 + len(payload)))
     await writer.drain()
     assert await got == b"header" + payload
-    assert not writer.transport._direct
+    assert not writer.transport._tx._direct
     writer.close()
     await writer.wait_closed()
     reader.close()
