@@ -90,23 +90,8 @@ def _scratch() -> memoryview:
 class _Channel:
     """The transport of one socket or pipe: owns its fd, its state and its close."""
 
-    __slots__ = (
-        "_closed",
-        "_closed_fut",
-        "_closing",
-        "_extra",
-        "_fd",
-        "_is_socket",
-        "_loop",
-        "_lost",
-        "_on_closed",
-        "_owner",
-        "_readable",
-        "_ring",
-        "_rx",
-        "_tx",
-        "_writable",
-    )
+    __slots__ = ("_closed", "_closed_fut", "_closing", "_extra", "_fd", "_is_socket", "_loop",
+                 "_lost", "_on_closed", "_owner", "_readable", "_ring", "_rx", "_tx", "_writable")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, owner: Any, *, is_socket: bool,
                  readable: bool, writable: bool, extra: dict[str, Any]) -> None:
@@ -272,30 +257,11 @@ class _Channel:
                 pass
 
 
-class _Receiver:
-    """The receive target of a channel: fills its reader's buffer, or the
-    caller's buffer for readinto; pause_reading's state."""
+class _Side:
+    """What the receive target and the send queue read of their channel on
+    every operation, copied: the channel, its loop, ring, fd and owner."""
 
-    __slots__ = (
-        "_armed",
-        "_channel",
-        "_chunk",
-        "_closing",
-        "_fd",
-        "_is_socket",
-        "_loop",
-        "_op",
-        "_owner",
-        "_paused",
-        "_paused_skip",
-        "_pull_backoff",
-        "_pull_skip",
-        "_read_op",
-        "_reader",
-        "_resumed",
-        "_ring",
-        "_scratch",
-    )
+    __slots__ = ("_channel", "_fd", "_is_socket", "_loop", "_owner", "_ring")
 
     def __init__(self, channel: _Channel) -> None:
         self._channel = channel
@@ -304,6 +270,17 @@ class _Receiver:
         self._fd = channel._fd
         self._owner = channel._owner
         self._is_socket = channel._is_socket
+
+
+class _Receiver(_Side):
+    """The receive target of a channel: fills its reader's buffer, or the
+    caller's buffer for readinto; pause_reading's state."""
+
+    __slots__ = ("_armed", "_chunk", "_closing", "_op", "_paused", "_paused_skip", "_pull_backoff",
+                 "_pull_skip", "_read_op", "_reader", "_resumed", "_scratch")
+
+    def __init__(self, channel: _Channel) -> None:
+        super().__init__(channel)
         self._scratch = _scratch()
         self._reader: StreamReader | None = None
         # The receive into the reader's buffer: one op, started again for
@@ -584,43 +561,16 @@ class _Receiver:
             self._ring.cancel(self._op)
 
 
-class _SendQueue:
+class _SendQueue(_Side):
     """The send side of a channel: write() queues, the iteration's writes
     leave together in one send, at most one send is in flight; drain()."""
 
-    __slots__ = (
-        "_aborted",
-        "_channel",
-        "_closing",
-        "_direct",
-        "_drain_waiters",
-        "_eof_wanted",
-        "_fd",
-        "_high",
-        "_is_socket",
-        "_keep",
-        "_loop",
-        "_low",
-        "_op",
-        "_owner",
-        "_pending",
-        "_pending_size",
-        "_pooled",
-        "_ring",
-        "_sending",
-        "_sent_total",
-        "_soon",
-        "_spare",
-        "_write_exc",
-    )
+    __slots__ = ("_aborted", "_closing", "_direct", "_drain_waiters", "_eof_wanted", "_high",
+                 "_keep", "_low", "_op", "_pending", "_pending_size", "_pooled", "_sending",
+                 "_sent_total", "_soon", "_spare", "_write_exc")
 
     def __init__(self, channel: _Channel) -> None:
-        self._channel = channel
-        self._loop = channel._loop
-        self._ring = channel._ring
-        self._fd = channel._fd
-        self._owner = channel._owner
-        self._is_socket = channel._is_socket
+        super().__init__(channel)
         self._pending: collections.deque[Any] | None = None  # made at the first write
         self._pending_size = 0
         self._op: Op | None = None  # the op of every ring send, started again each time
