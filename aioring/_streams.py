@@ -14,25 +14,17 @@ caller goes on; writes made while a send is in flight leave together in one
 vectored send.  ``bytes`` are sent as they are; any other buffer is copied
 first, so changing it after ``write()`` returned changes nothing that is sent.
 
-A channel (the transport) owns the fd, and one op for its receives into
-the reader's buffer and one for its sends, each started again for every
-operation; their CQEs go straight to the channel (the ring's sinks), without
-a future or a coroutine in between.  A reader's task waits on asyncio's own
-waiter future, so a read cancelled after its bytes arrived leaves them in the
-buffer, as asyncio's does.
-
-A channel owns the fd.  Closing it lets buffered writes go
-out, cancels a receive in flight, and closes the fd once the kernel holds no
-operation on it.  A receive that completed anyway while its task was
-cancelled is kept in the reader's buffer; a cancelled ``readinto_exactly``
-puts the bytes it already received back in front of the buffer.  Nothing is
-ever reported to the loop's exception handler for a reset or closed peer.
+The channel under a stream (``_channel.py``) owns the fd: a transport, a
+receive target that fills the reader's buffer, and a send queue.  A reader's
+task waits on asyncio's own waiter future, so a read cancelled after its
+bytes arrived leaves them in the buffer, as asyncio's does; a cancelled
+``readinto_exactly`` puts the bytes it already received back in front of the
+buffer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import errno
 import functools
@@ -47,13 +39,14 @@ from collections.abc import Awaitable, Callable, Iterable
 from asyncio import staggered
 from typing import TYPE_CHECKING, Any
 
+from ._channel import _ECANCELED, _Receiver
+from ._channel import _Channel as _Channel  # noqa: PLC0414  (re-exported: the TLS layer names it from here)
 from ._liburing import ffi, lib
 from ._net import check_socket, sock_connect
-from ._ops import MAX_RW, check_fd, pace
+from ._ops import check_fd, pace
 from ._ringbase import _DONE as _OP_DONE
-from ._ringbase import _WAITING as _OP_WAITING
 from ._loops import get_ring
-from ._ringbase import Op, os_error, ready
+from ._ringbase import Op, os_error
 
 if TYPE_CHECKING:
     from . import _tls  # (imported when a connection asks for TLS: ssl is not light)
@@ -62,39 +55,37 @@ __all__ = ["Server", "StreamReader", "StreamWriter", "open_connection", "open_pi
            "open_pipe_writer", "open_unix_connection", "start_server", "start_unix_server"]
 
 _DEFAULT_LIMIT = 2**16  # asyncio's
-_HIGH_WATER = 64 * 1024  # asyncio's transports' defaults
-_CHUNK = 256 * 1024  # what asyncio's socket transport receives at a time
 # readinto and readinto_exactly receive requests this small into the stream's
 # buffer (which may bring the next frame's bytes along, in one receive) and
 # copy from there; larger ones go straight into the caller's buffer.
 _READ_AHEAD = 16 * 1024
-# Mutable buffers this large are copied into memory the channel reuses.
-_POOL_MIN = 256 * 1024
-# Pending writes up to this much in all are joined into one send.
-_JOIN_MAX = 16 * 1024
-_IOV_MAX = 1024
 _CHARS = ffi.typeof("char[]")
 _from_buffer = ffi.from_buffer
 _alloc = ffi.new_allocator(should_clear_after_alloc=False)
-_PREP_RW = lib.aior_prep_rw
-_RECV = lib.IORING_OP_RECV
-_READ = lib.IORING_OP_READ
-_SEND = lib.IORING_OP_SEND
-_WRITE = lib.IORING_OP_WRITE
-_WRITEV = lib.IORING_OP_WRITEV
-_SENDMSG = lib.IORING_OP_SENDMSG
-_SEND_FLAGS = lib.MSG_NOSIGNAL | lib.MSG_WAITALL
-_DIRECT_SEND_FLAGS = socket.MSG_NOSIGNAL | socket.MSG_DONTWAIT
-_DONTWAIT = socket.MSG_DONTWAIT
-_RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 8)
-_NO_DIRECT = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS})
 _WAITALL = lib.MSG_WAITALL
 _POLLIN = 1
-_POLLOUT = 4
-_ECANCELED = errno.ECANCELED
-_MSGHDR_SIZE = lib.aior_msghdr_size()
 # Errors of a peer that went away: they end the stream quietly.
 _PEER_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
+class _Busy:
+    """A reader's waiter while a read of its own is under way: asyncio's
+    StreamReader takes it for a cancelled waiter and leaves it alone (its
+    reads raise RuntimeError meanwhile).  One serves every reader."""
+
+    __slots__ = ()
+
+    def cancelled(self) -> bool:
+        return True
+
+    def done(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "<busy>"
+
+
+_BUSY: Any = _Busy()
 
 
 def _buffer_view(buf: Any, func: str) -> memoryview:
@@ -111,706 +102,6 @@ def _buffer_view(buf: Any, func: str) -> memoryview:
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
-class _Channel:
-    """The transport of one socket or pipe: owns its fd and the operations on it."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, owner: Any, *, is_socket: bool,
-                 readable: bool, writable: bool, extra: dict[str, Any]) -> None:
-        self._loop = loop
-        self._ring = get_ring(loop)
-        self._fd = fd
-        self._owner = owner  # the socket or file object, closed with the channel
-        self._is_socket = is_socket
-        self._readable = readable
-        self._writable = writable
-        self._extra = extra
-        self._closing = False
-        self._closed = False
-        self._closed_future: asyncio.Future[None] = loop.create_future()
-        self._closed_hooks: list[Callable[[], None]] = []  # called as the fd is closed
-        self._lost: OSError | None = None  # the error that ended the connection (see _fail)
-        self._inflight = 0
-        self._read_op: Op | None = None  # the receive in flight, if any
-        # The receive into the reader's buffer: one op, started again for
-        # every receive (see _arm), into a chunk made at the first.
-        self._reader: StreamReader | None = None
-        self._recv_op: Op | None = None
-        self._chunk: Any = None
-        self._chunk_view: memoryview | None = None
-        self._armed = False
-        # A read that finds its data already there takes it at once, without
-        # waiting (MSG_DONTWAIT, RWF_NOWAIT): no ring op, no wake-up.  After a
-        # try that found nothing, the next reads go to the ring, more of them
-        # each time (up to 64) while tries keep finding nothing.
-        self._pull_skip = 0
-        self._pull_backoff = 1
-        # pause_reading(): nothing is received until resume_reading() (the
-        # reader's reads wait), as with asyncio's transport.
-        self._paused = False
-        self._paused_skip = 0  # _pull_skip, kept while paused
-        self._resumed: asyncio.Future[None] | None = None  # a receive waiting for resume_reading()
-        # Write side.
-        self._pending: collections.deque[Any] = collections.deque()
-        self._pending_size = 0
-        self._send_op: Op | None = None  # the send in flight, if any
-        # One op for every send, started again each time.
-        op = self._send_op_obj = Op(None, _PREP_RW, (), None, None, _POLLOUT)
-        op.unbounded = True
-        op.sink = self._send_finished
-        self._send_keep: Any = None
-        self._write_exc: OSError | None = None
-        self._eof_wanted = False
-        self._high = _HIGH_WATER
-        self._low = _HIGH_WATER // 4
-        self._drain_waiters: list[asyncio.Future[None]] = []
-        self._send_soon = False
-        # Sends are tried at once without waiting (MSG_DONTWAIT, RWF_NOWAIT):
-        # the kernel takes most of them there and then, and a ring op costs
-        # more Python than the system call.  Off where the kernel refuses it.
-        self._direct = True
-        # Copies of large mutable buffers: (stream offset of their end, memory).
-        self._pooled: collections.deque[tuple[int, Any]] = collections.deque()
-        self._spare: Any = None
-        self._sent_total = 0
-        self._aborted = False
-
-    # ------------------------------------------------------------ transport
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._extra.get(name, default)
-
-    def is_closing(self) -> bool:
-        return self._closing
-
-    def can_write_eof(self) -> bool:
-        return self._writable
-
-    def get_write_buffer_size(self) -> int:
-        return self._pending_size
-
-    def is_reading(self) -> bool:
-        return self._readable and not self._paused and not self._closing
-
-    def pause_reading(self) -> None:
-        if self._closing or self._paused or not self._readable:
-            return
-        self._paused = True
-        self._paused_skip, self._pull_skip = self._pull_skip, 1 << 63  # (no direct reads either)
-
-    def resume_reading(self) -> None:
-        if self._closing or not self._paused:
-            return
-        self._unpause()
-        reader = self._reader
-        if reader is not None and not self._armed:
-            waiter = reader._waiter
-            if waiter is not None and not waiter.done():  # (the reader waits for data)
-                self._arm()
-
-    def _unpause(self) -> None:
-        """Paused no more; a receive that waits for it goes on."""
-        self._paused = False
-        self._pull_skip = self._paused_skip
-        resumed = self._resumed
-        if resumed is not None and not resumed.done():
-            resumed.set_result(None)
-
-    def get_write_buffer_limits(self) -> tuple[int, int]:
-        return self._low, self._high
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        # asyncio's rules: high defaults to 64 KiB (or 4 x low), low to high / 4.
-        if high is None:
-            high = _HIGH_WATER if low is None else 4 * low
-        if low is None:
-            low = high // 4
-        if not high >= low >= 0:
-            raise ValueError(f"high ({high!r}) must be >= low ({low!r}) must be >= 0")
-        self._high, self._low = high, low
-        self._wake_drainers()
-
-    # ----------------------------------------------------------------- read
-    def _new_chunk(self) -> Any:
-        # Not zeroed: the kernel touches only the pages it fills, so
-        # many idle connections cost address space, not memory.
-        chunk = self._chunk = _alloc(_CHARS, _CHUNK)
-        self._chunk_view = memoryview(ffi.buffer(chunk))
-        return chunk
-
-    def _pull_due(self) -> bool:
-        """Whether the next read tries _pull (else it goes to the ring)."""
-        if self._pull_skip:
-            self._pull_skip -= 1
-            return False
-        return True
-
-    def _pull(self) -> bool:
-        """Feed the reader what the fd holds right now, without waiting.
-        True if that fed it data or EOF (an error is set on the reader and
-        raised, as its waiter would raise it); False: nothing there, the
-        ring's turn (which also ends a read of a closed stream)."""
-        if self._closing:
-            return False
-        view = self._chunk_view
-        if view is None:
-            self._new_chunk()
-            view = self._chunk_view
-            assert view is not None
-        reader = self._reader
-        assert reader is not None
-        try:
-            if self._is_socket:
-                n = self._owner.recv_into(view, _CHUNK, _DONTWAIT)
-            else:
-                n = os.preadv(self._fd, [view], -1, _RWF_NOWAIT)
-        except BlockingIOError:
-            self._pull_skip = self._pull_backoff
-            if self._pull_backoff < 64:
-                self._pull_backoff *= 2
-            return False
-        except OSError as exc:
-            if exc.errno is None or exc.errno in _NO_DIRECT:
-                self._pull_skip = 1 << 62  # (a kernel without RWF_NOWAIT for pipes): the ring only
-                return False
-            self._fail(exc)
-            raise  # (as the waiter would have)
-        except (TypeError, ValueError, AttributeError):
-            self._pull_skip = 1 << 62  # not a plain socket or fd: the ring only
-            return False
-        self._pull_backoff = 1
-        if n:
-            reader._buffer += view[:n]  # feed_data, less a transport's needs
-        else:
-            reader.feed_eof()
-        return True
-
-    def _arm(self) -> None:
-        """Start a receive into the reader's buffer; its CQE feeds the reader
-        (data, EOF or the error) and wakes its waiter, maybe before this returns."""
-        op = self._recv_op
-        if op is None or self._closing or self._paused:
-            if self._closing:
-                assert self._reader is not None
-                self._reader.feed_eof()  # closed under the reader: end of stream
-                return
-            if self._paused:
-                return  # resume_reading() arms it
-            chunk = self._chunk
-            if chunk is None:
-                chunk = self._new_chunk()
-            if self._is_socket:
-                args = (_RECV, self._fd, chunk, _CHUNK, 0, 0)
-            else:
-                args = (_READ, self._fd, chunk, _CHUNK, -1, 0)
-            op = self._recv_op = Op(None, _PREP_RW, args, None, None, _POLLIN)
-            op.unbounded = True
-            op.sink = self._received
-        self._armed = True
-        self._inflight += 1
-        try:
-            self._ring.restart(self._loop, op)
-        except BaseException as exc:
-            if op.state == _OP_WAITING:  # it never reached the kernel
-                self._armed = False
-                self._inflight -= 1
-            if isinstance(exc, OSError):
-                self._fail(exc)
-            raise
-
-    def _received(self, res: int) -> None:
-        """The CQE of the receive into the reader's buffer (the ring's sink)."""
-        self._armed = False
-        self._inflight -= 1
-        reader = self._reader
-        assert reader is not None
-        if res > 0:
-            reader._buffer.extend(ffi.buffer(self._chunk, res))  # feed_data, less a transport's needs
-            waiter = reader._waiter
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
-        elif res == 0 or (res == -_ECANCELED and self._closing):
-            reader.feed_eof()  # (closed under the read: end of stream, as asyncio's reader sees it)
-        else:
-            self._fail(os_error(res))
-        if self._closing and not self._inflight and not self._pending:
-            self._finish_close()
-
-    async def receive(self, ptr: Any, n: int, keep: Any, flags: int = 0) -> int:
-        """One receive of at most n bytes into ptr; 0 at EOF or once closing.
-
-        `keep` is what holds ptr's memory (an export, or a tuple of objects):
-        the ring owns it until the CQE, also if this coroutine is closed.  A
-        receive that fails (a reset peer) closes the channel, as asyncio's
-        transport closes on a read error.  It owns `keep` from the call on
-        (see Ring.start)."""
-        while self._paused and not self._closing:
-            resumed = self._resumed = self._loop.create_future()
-            try:
-                await resumed
-            except BaseException:
-                if type(keep) is not tuple:
-                    ffi.release(keep)
-                raise
-        if self._closing:
-            if type(keep) is not tuple:
-                ffi.release(keep)
-            return 0
-        if self._is_socket:
-            args = (_RECV, self._fd, ptr, min(n, MAX_RW), 0, flags)
-        else:
-            args = (_READ, self._fd, ptr, min(n, MAX_RW), -1, 0)
-        ring = self._ring
-        try:
-            op = ring.start(self._loop, _PREP_RW, args, keep, None, _POLLIN, unbounded=True)
-            if op.future is None:
-                return ready(op)
-        except OSError as exc:
-            self._fail(exc)
-            raise
-        self._read_op = op
-        self._inflight += 1
-        fut = op.future
-        abandoned = False
-        try:
-            try:
-                return await fut
-            except asyncio.CancelledError as exc:
-                return await ring.settle(op, exc)
-        except GeneratorExit:
-            if op.state != _OP_DONE:
-                # Closed with the receive in flight: the ring keeps `keep`,
-                # and the channel counts the receive until its CQE.
-                abandoned = True
-                hook = op.waiter if op.waiter is not None else fut
-                ring.abandon(op)
-                hook.add_done_callback(self._abandoned_receive_done)
-            raise
-        except OSError as exc:
-            if exc.errno == _ECANCELED and self._closing:
-                return 0  # closed under the read: end of stream, as asyncio's reader sees it
-            self._fail(exc)
-            raise
-        finally:
-            if not abandoned:
-                self._read_op = None
-                self._receive_done()
-
-    def _abandoned_receive_done(self, fut: asyncio.Future[Any]) -> None:
-        self._read_op = None
-        self._receive_done()
-
-    def _receive_done(self) -> None:
-        self._inflight -= 1
-        if self._closing and not self._inflight and not self._pending:
-            self._finish_close()
-
-    # ---------------------------------------------------------------- write
-    def write(self, data: Any) -> None:
-        if self._eof_wanted or self._write_exc is not None or self._closing:
-            if type(data) is not bytes:
-                self._frozen(data, copy=False)  # (the type's TypeError first, as asyncio's)
-            self._refuse()
-            return
-        if type(data) is not bytes:
-            data = self._frozen(data)
-        if not data:
-            return
-        self._pending.append(data)
-        self._pending_size += len(data)
-        if self._send_op is None and not self._send_soon:
-            # Writes of this loop iteration leave together, at its end or at
-            # drain(), whichever comes first: one (vectored) send for them all.
-            self._send_soon = True
-            self._ring.defer(self._send_now)
-
-    def _frozen(self, data: Any, copy: bool = True) -> Any:
-        """What write() sends of a buffer that is not bytes: a copy, since the
-        caller may change its buffer once write() returns."""
-        try:
-            view = memoryview(data)
-        except TypeError:
-            raise TypeError("data argument must be a bytes-like object, "
-                            f"not {type(data).__name__!r}") from None
-        if not copy:
-            return None
-        return self._copy(view) if view.nbytes >= _POOL_MIN else bytes(view)
-
-    def _refuse(self) -> None:
-        """write() after write_eof() or a failed send raises, as asyncio's;
-        after close(), or of nothing, it does nothing."""
-        if self._eof_wanted:
-            raise RuntimeError("Cannot call write() after write_eof()")
-        if self._write_exc is not None:
-            exc = self._write_exc
-            raise type(exc)(exc.errno, exc.strerror)
-        # Dropped, as asyncio's transport drops them once its buffer is empty.
-
-    def _copy(self, view: memoryview) -> Any:
-        """A copy of a large buffer, in memory this channel reuses: a fresh
-        allocation of many MiB costs more in page faults than the copy."""
-        n = view.nbytes
-        spare = self._spare
-        if spare is not None and len(spare) >= n:
-            self._spare = None
-        else:
-            spare = _alloc(_CHARS, n)
-        ffi.memmove(spare, view, n)
-        self._pooled.append((self._sent_total + self._pending_size + n, spare))
-        return ffi.buffer(spare, n)
-
-    def _recycle(self) -> None:
-        """Take back the copies whose bytes all went out."""
-        pooled = self._pooled
-        while pooled and pooled[0][0] <= self._sent_total:
-            buf = pooled.popleft()[1]
-            if self._spare is None or len(buf) > len(self._spare):
-                self._spare = buf
-
-    def writelines(self, list_of_data: Iterable[Any]) -> None:
-        for data in list_of_data:
-            self.write(data)
-
-    def write_eof(self) -> None:
-        if self._closing or self._eof_wanted:
-            return
-        if not self._writable:
-            raise RuntimeError("this stream cannot write EOF")
-        self._eof_wanted = True
-        if self._send_op is None and self._pending:
-            self._send()
-        if self._send_op is None and not self._pending:
-            self._shutdown()
-
-    def _shutdown(self) -> None:
-        if not self._is_socket:
-            self.close()  # a pipe's writer signals EOF by closing, as asyncio's does
-            return
-        try:
-            self._owner.shutdown(socket.SHUT_WR)
-        except OSError as exc:
-            self._write_exc = exc
-
-    def _send_now(self) -> None:
-        self._send_soon = False
-        pending = self._pending
-        if self._send_op is not None or not pending:
-            return  # (a send in flight: its CQE sends the rest)
-        size = self._pending_size
-        if (size > _JOIN_MAX or not self._direct or self._write_exc is not None or self._closing
-                or self._pooled):
-            self._send()
-            return
-        # The common case, in short: the iteration's small writes, joined,
-        # that the kernel takes whole, there and then.
-        if len(pending) > 1:
-            data = b"".join(pending)
-            pending.clear()
-            pending.append(data)
-        try:
-            if self._is_socket:
-                n = self._owner.send(pending[0], _DIRECT_SEND_FLAGS)
-            else:
-                n = os.pwritev(self._fd, pending, -1, _RWF_NOWAIT)
-        except BlockingIOError:
-            self._send(False)  # the kernel is full: the ring waits for room
-            return
-        except OSError as exc:
-            if exc.errno is not None and exc.errno not in _NO_DIRECT:
-                self._sent(-exc.errno)  # the connection's error (a reset peer): it ends there
-                self._after_send()
-                return
-            n = -1  # _send tells these apart
-        except (TypeError, ValueError, AttributeError):
-            n = -1  # _send tells these apart
-        if n == size:
-            pending.clear()
-            self._pending_size = 0
-            self._sent_total += n
-            if self._drain_waiters or self._eof_wanted:
-                self._after_send()
-            return
-        if n > 0:  # part of it: the kernel is full
-            self._sent(n)
-            self._send(False)
-            return
-        self._send()
-
-    def _send(self, direct: bool = True) -> None:
-        """Hand the pending data to the kernel; go on while sends complete at once.
-        Each send is tried without waiting first, unless `direct` is False (the
-        caller's own try just found the kernel full)."""
-        while self._pending and self._send_op is None and self._write_exc is None:
-            pending = self._pending
-            if len(pending) > 1 and self._pending_size <= _JOIN_MAX:
-                # Small writes: one joined copy costs less than an iovec.
-                joined = b"".join(pending)
-                pending.clear()
-                pending.append(joined)
-            if direct and self._direct:
-                res = self._send_directly()
-                if res is not None:
-                    self._sent(res)
-                    if self._pending:
-                        continue  # the rest: most likely the ring's, the kernel being full
-                    self._after_send()
-                    return
-            op = self._send_op_obj
-            if len(pending) == 1:
-                data = pending[0]
-                if type(data) is not bytes:
-                    # (For bytes cffi passes a pointer to their own memory,
-                    # which stays put; op.args keeps them alive.)
-                    data = _from_buffer(_CHARS, data, False)
-                n = min(len(data), MAX_RW)
-                op.prep = _PREP_RW
-                if self._is_socket:
-                    op.args = (_SEND, self._fd, data, n, 0, _SEND_FLAGS)
-                else:
-                    op.args = (_WRITE, self._fd, data, n, -1, 0)
-            else:
-                count = min(len(pending), _IOV_MAX)
-                iov = ffi.new("struct iovec[]", count)
-                exports = []
-                for i in range(count):
-                    c = _from_buffer(_CHARS, pending[i], False)
-                    exports.append(c)
-                    iov[i].iov_base = c
-                    iov[i].iov_len = len(c)
-                if self._is_socket:
-                    msg = ffi.new("char[]", _MSGHDR_SIZE)
-                    op.prep = lib.aior_prep_msg
-                    op.args = (_SENDMSG, self._fd, ffi.cast("struct msghdr *", msg), iov, count,
-                               ffi.NULL, 0, _SEND_FLAGS)
-                    self._send_keep = (msg, iov, exports)
-                else:
-                    op.prep = _PREP_RW
-                    op.args = (_WRITEV, self._fd, iov, count, -1, 0)
-                    self._send_keep = (iov, exports)
-            # Counted before it starts: its CQE may come inside the submit call.
-            self._send_op = op
-            self._inflight += 1
-            try:
-                self._ring.restart(self._loop, op)
-            except BaseException:
-                if op.state == _OP_WAITING:  # it never reached the kernel
-                    self._send_op = None
-                    self._inflight -= 1
-                    self._send_keep = None
-                raise
-
-    def _send_directly(self) -> int | None:
-        """One send without waiting: the bytes the kernel took, -errno, or
-        None when it would have to wait (the ring's turn)."""
-        pending = self._pending
-        try:
-            if not self._is_socket:
-                return os.pwritev(self._fd, list(itertools.islice(pending, _IOV_MAX)), -1, _RWF_NOWAIT)
-            if len(pending) == 1:
-                return int(self._owner.send(pending[0], _DIRECT_SEND_FLAGS))
-            return int(self._owner.sendmsg(list(itertools.islice(pending, _IOV_MAX)), (),
-                                           _DIRECT_SEND_FLAGS))
-        except BlockingIOError:
-            return None
-        except OSError as exc:
-            if exc.errno is not None and exc.errno not in _NO_DIRECT:
-                return -exc.errno
-            self._direct = False  # (a kernel without RWF_NOWAIT for pipes)
-        except (TypeError, ValueError, AttributeError):
-            self._direct = False  # not a plain socket or fd: the ring only
-        return None
-
-    def _send_finished(self, res: int) -> None:
-        """The CQE of the send in flight (the ring's sink)."""
-        self._send_op_obj.args = ()  # (what it sent may be large)
-        self._send_op = None
-        self._inflight -= 1
-        self._send_keep = None
-        self._sent(res)
-        self._after_send()
-
-    def _sent(self, res: int) -> None:
-        """Account for a send's result: drop what the kernel took, or fail the writer."""
-        if res >= 0:
-            if not self._aborted:  # (else the data was dropped already)
-                self._sent_total += res
-                if res == self._pending_size:
-                    self._pending.clear()  # the common case: all of it went
-                    self._pending_size = 0
-                else:
-                    pending = self._pending
-                    self._pending_size -= res
-                    while res:
-                        first = pending[0]
-                        if res >= len(first):
-                            res -= len(first)
-                            pending.popleft()
-                        else:
-                            pending[0] = memoryview(first)[res:]
-                            res = 0
-                if self._pooled:
-                    self._recycle()
-        else:
-            self._pending.clear()
-            self._pending_size = 0
-            self._pooled.clear()
-            if not (res == -_ECANCELED and (self._closing or self._aborted)):
-                self._write_exc = exc = os_error(res)
-                self._fail(exc)  # as asyncio's transport: a failed send ends the connection
-
-    def _after_send(self) -> None:
-        if self._drain_waiters:
-            self._wake_drainers()
-        if not self._pending:
-            if self._eof_wanted and self._write_exc is None and not self._closing:
-                self._shutdown()
-            if self._closing and not self._inflight:
-                self._finish_close()
-        elif not self._send_soon:
-            self._send_soon = True
-            self._ring.defer(self._send_now)
-
-    # ---------------------------------------------------------------- drain
-    def _wake_drainers(self) -> None:
-        if self._pending_size <= self._low or self._write_exc is not None or self._closed:
-            waiters, self._drain_waiters = self._drain_waiters, []
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
-
-    async def drain(self) -> None:
-        if self._write_exc is not None:
-            exc = self._write_exc
-            raise type(exc)(exc.errno, exc.strerror)
-        if self._closed:
-            raise ConnectionResetError("Connection lost")
-        if self._closing:
-            await asyncio.sleep(0)  # as asyncio's drain: let the close progress
-            if self._closed:
-                raise ConnectionResetError("Connection lost")
-        if self._send_op is None and self._pending:
-            self._send()
-        if self._pending_size <= self._high:
-            return
-        fut = self._loop.create_future()
-        self._drain_waiters.append(fut)
-        await fut
-        if self._write_exc is not None:
-            exc = self._write_exc
-            raise type(exc)(exc.errno, exc.strerror)
-        if self._lost is not None:
-            raise self._lost  # (closed without an error, as by abort(): it just returns, as asyncio's)
-
-    # ---------------------------------------------------------------- close
-    def close(self) -> None:
-        """Let buffered writes go out, cancel a receive in flight, then close the fd."""
-        if self._closing:
-            return
-        if not (self._aborted or self._closed or self._paused):
-            self._take_arrived()
-        self._closing = True
-        if self._paused:
-            # Closed while paused: nothing more is received (as asyncio's
-            # paused transport); a waiting read ends at EOF.
-            self._unpause()  # (a receive that waits then sees the channel closing)
-            reader = self._reader
-            if reader is not None and not self._armed and reader._waiter is not None:
-                reader.feed_eof()
-        op = self._read_op
-        if op is not None:
-            self._ring.cancel(op)
-        if self._armed:
-            assert self._recv_op is not None
-            self._ring.cancel(self._recv_op)
-        if self._send_op is None and self._pending:
-            self._send()
-        if not self._inflight and not self._pending:
-            self._finish_close()
-
-    def _take_arrived(self) -> None:
-        """Closing: what already arrived stays readable, as it does with
-        asyncio's transport, which read it as it came (up to where that
-        transport pauses reading)."""
-        reader = self._reader
-        if (reader is None or self._armed or self._read_op is not None or reader._eof
-                or reader._exception is not None or self._pull_skip >= 1 << 62):
-            return
-        view = self._chunk_view
-        budget = min(2 * reader._limit, 64 * _CHUNK)  # (bounded: a huge limit, a peer that keeps sending)
-        while len(reader._buffer) <= budget:
-            try:
-                if view is not None:
-                    if self._is_socket:
-                        n = self._owner.recv_into(view, _CHUNK, _DONTWAIT)
-                    else:
-                        n = os.preadv(self._fd, [view], -1, _RWF_NOWAIT)
-                    data: Any = view[:n]
-                elif self._is_socket:  # (no chunk yet: most often nothing is there)
-                    data = self._owner.recv(min(reader._limit, _CHUNK), _DONTWAIT)
-                else:
-                    view = memoryview(ffi.buffer(self._new_chunk()))
-                    continue
-            except (OSError, TypeError, ValueError, AttributeError):
-                return  # nothing more (or an error, which the closed stream no longer reports)
-            if not data:
-                return  # (EOF: the closed stream ends there anyway)
-            reader._buffer += data
-
-    def _fail(self, exc: OSError) -> None:
-        """An error ended the connection: from now on the reader raises it,
-        and so does wait_closed(), as after asyncio's connection_lost(exc)."""
-        if self._lost is None:
-            self._lost = exc
-        reader = self._reader
-        if reader is not None and reader._exception is None:
-            reader.set_exception(exc)
-        self.abort()
-
-    def abort(self) -> None:
-        """Close at once: buffered writes are dropped, operations in flight cancelled."""
-        self._aborted = True
-        self._pending.clear()
-        self._pending_size = 0
-        self._pooled.clear()
-        if self._send_op is not None:
-            self._ring.cancel(self._send_op)
-        self._closing = False  # close() runs in full
-        self.close()
-
-    def _finish_close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._owner.close() if not isinstance(self._owner, int) else os.close(self._owner)
-        except OSError:
-            pass  # the fd is gone either way; nobody is left to tell
-        reader = self._reader
-        if reader is not None and not reader._eof and reader._exception is None:
-            reader.feed_eof()  # the connection is gone, as asyncio's connection_lost says
-        hooks, self._closed_hooks = self._closed_hooks, []
-        for hook in hooks:
-            hook()
-        self._wake_drainers()
-        closed = self._closed_future
-        if not closed.done():
-            if self._lost is None:
-                closed.set_result(None)
-            else:
-                # wait_closed() raises it, as asyncio's does; nobody has to ask.
-                closed.set_exception(self._lost)
-                closed.exception()
-
-    async def wait_closed(self) -> None:
-        await asyncio.shield(self._closed_future)
-
-    def __del__(self) -> None:
-        # A file object or socket closes itself when collected; a bare fd is ours.
-        if not self._closed and isinstance(self._owner, int):
-            try:
-                os.close(self._owner)
-            except OSError:
-                pass
-
-
 class StreamReader(asyncio.StreamReader):
     """asyncio's StreamReader, fed by ring receives; plus readinto and readinto_exactly."""
 
@@ -822,17 +113,16 @@ class StreamReader(asyncio.StreamReader):
     _limit: int
     _loop: asyncio.AbstractEventLoop
 
-    _channel: _Channel | None = None
-    _busy: asyncio.Future[None] | None = None
+    _channel: _Channel | None = None  # the transport
+    _rx: _Receiver | None = None  # its receive target, which fills this reader's buffer
+    _busy: Any = _BUSY
     # Over TLS, the layer that decrypts this reader's data (and _channel is None).
     _tls: _tls.TLSLayer | None = None
 
     def _attach(self, channel: _Channel) -> None:
         self._channel = channel
-        channel._reader = self
-        busy = self._loop.create_future()
-        busy.cancel()  # a stand-in waiter: feed_data() never sets it
-        self._busy = busy
+        self._rx = rx = channel._rx
+        rx._reader = self
 
     def _begin(self, func_name: str) -> None:
         if self._waiter is not None:
@@ -843,21 +133,21 @@ class StreamReader(asyncio.StreamReader):
     async def _wait_for_data(self, func_name: str) -> None:
         if self._tls is not None:
             return await self._tls.wait_for_data(self, func_name)
-        channel = self._channel
-        if channel is None:
+        rx = self._rx
+        if rx is None:
             return await super()._wait_for_data(func_name)  # type: ignore[misc]
         if self._waiter is not None:
             raise RuntimeError(f"{func_name}() called while another coroutine is already "
                                "waiting for incoming data")
-        if not channel._armed and channel._pull_due():
+        if not rx._armed and rx.pull_due():
             if pace():
                 await self._turn()  # (a stream that always has data still lets the loop run)
-            if not channel._armed and channel._pull():
+            if not rx._armed and rx.pull():
                 return
         waiter = self._waiter = self._loop.create_future()
         try:
-            if not channel._armed:
-                channel._arm()
+            if not rx._armed:
+                rx.arm()
             await waiter
         finally:
             self._waiter = None
@@ -908,8 +198,8 @@ class StreamReader(asyncio.StreamReader):
         if not n:
             return 0
         buffered = self._buffer
-        channel = self._channel
-        if not buffered and not self._eof and (n < _READ_AHEAD or channel is None or channel._armed):
+        rx = self._rx
+        if not buffered and not self._eof and (n < _READ_AHEAD or rx is None or rx._armed):
             # A small read: read ahead.  (Or a receive into the buffer is out,
             # started by a read that was cancelled: its bytes come first.)
             await self._wait_for_data("readinto")
@@ -919,12 +209,12 @@ class StreamReader(asyncio.StreamReader):
                 view[:k] = m[:k]
             del buffered[:k]
             return k
-        if self._eof or channel is None:
+        if self._eof or rx is None:
             return 0
         self._begin("readinto")
         cbuf = _from_buffer(_CHARS, view, True)  # the ring releases it at the CQE
         try:
-            got = await channel.receive(cbuf, n, cbuf)
+            got = await rx.receive(cbuf, n, cbuf)
         except OSError as exc:
             self._waiter = None
             self.set_exception(exc)
@@ -955,24 +245,24 @@ class StreamReader(asyncio.StreamReader):
                 if self._exception is not None:
                     raise self._exception
                 buffered = self._buffer
-                channel = self._channel
+                rx = self._rx
                 while len(buffered) < n:
                     if self._eof:
                         partial = bytes(buffered)
                         buffered.clear()
                         raise asyncio.IncompleteReadError(partial, n)
-                    if channel is None or self._waiter is not None:
+                    if rx is None or self._waiter is not None:
                         await self._wait_for_data("readinto_exactly")
                         continue
-                    if not channel._armed and channel._pull_due():
+                    if not rx._armed and rx.pull_due():
                         if pace():
                             await self._turn()
-                        if not channel._armed and channel._pull():
+                        if not rx._armed and rx.pull():
                             continue
                     waiter = self._waiter = self._loop.create_future()
                     try:
-                        if not channel._armed:
-                            channel._arm()
+                        if not rx._armed:
+                            rx.arm()
                         await waiter
                     finally:
                         self._waiter = None
@@ -992,8 +282,8 @@ class StreamReader(asyncio.StreamReader):
             raise self._exception
         n = len(view)
         buffered = self._buffer
-        channel = self._channel
-        if n < _READ_AHEAD or channel is None:
+        rx = self._rx
+        if n < _READ_AHEAD or rx is None:
             # A small read (a frame's header, say): read ahead into the buffer
             # as readexactly does, so that one receive also brings what follows.
             while len(buffered) < n:
@@ -1020,7 +310,7 @@ class StreamReader(asyncio.StreamReader):
         done = k
         try:
             while done < n:
-                if channel._armed:
+                if rx._armed:
                     # A receive into the buffer is out, started by a read that
                     # was cancelled: its bytes come first.
                     waiter = self._waiter = self._loop.create_future()
@@ -1039,7 +329,7 @@ class StreamReader(asyncio.StreamReader):
                     continue
                 # One export per receive: the ring owns it until the CQE.
                 part = _from_buffer(_CHARS, view[done:], True)
-                got = await channel.receive(part, n - done, part, _WAITALL)
+                got = await rx.receive(part, n - done, part, _WAITALL)
                 if not got:
                     break
                 done += got
@@ -1078,8 +368,10 @@ class StreamWriter:
         self._transport: Any = channel
         self._reader = reader
         self._loop = loop
-        # The channel's own method, without a call in between: the hot path.
-        self.write = channel.write  # type: ignore[method-assign]
+        # The send queue (or the TLS layer): its own methods, without a call
+        # in between, on the hot path.
+        self._queue: Any = channel._tx
+        self.write = channel._tx.write  # type: ignore[method-assign]
 
     def __del__(self, warnings: Any = warnings) -> None:
         # As asyncio's: a writer dropped unclosed closes its connection, and says so.
@@ -1144,10 +436,10 @@ class StreamWriter:
         reader = self._reader
         if reader is not None and reader._exception is not None:
             raise reader._exception
-        channel = self._transport
-        if channel._pending_size <= channel._high and channel._write_exc is None and not channel._closing:
+        queue = self._queue
+        if queue._pending_size <= queue._high and queue._write_exc is None and not queue._closing:
             return  # the common case, without a second coroutine; the iteration's flush sends
-        await channel.drain()
+        await queue.drain()
 
     async def start_tls(self, sslcontext: Any, *, server_hostname: str | None = None,
                         ssl_handshake_timeout: float | None = None,
@@ -1245,9 +537,9 @@ async def _secure(reader: StreamReader, writer: StreamWriter, context: Any, serv
                           shutdown_timeout=shutdown_timeout)
     await layer.handshake()
     layer.attach(reader)
-    reader._channel = None
+    reader._channel = reader._rx = None
     reader._tls = layer
-    writer._transport = layer
+    writer._transport = writer._queue = layer
     writer.write = layer.write  # type: ignore[method-assign]
 
 
@@ -1567,7 +859,7 @@ class Server:
         # collected, and closes its connection with a ResourceWarning.
         self._held: dict[_Channel, StreamWriter] = {}
         self._writers: weakref.WeakValueDictionary[_Channel, StreamWriter] = weakref.WeakValueDictionary()
-        self._handlers: set[asyncio.Task[Any]] = set()
+        self._handlers: dict[asyncio.Task[Any], _Channel] = {}  # each running handler's connection
         self._all_closed = False
         self._closed_waiters: list[asyncio.Future[None]] = []  # wait_closed() callers
         self._listeners_closed = False
@@ -1611,7 +903,7 @@ class Server:
         self._writers[channel] = writer
         if _HOLD_WRITERS:
             self._held[channel] = writer
-        channel._closed_hooks.append(lambda: self._forget(channel))
+        channel._on_closed = self._forget
         if self._tls is not None:
             self._handle(self._secured(reader, writer), channel)
             return
@@ -1625,8 +917,8 @@ class Server:
 
     def _handle(self, coro: Any, channel: _Channel) -> None:
         task = self._loop.create_task(coro)
-        self._handlers.add(task)
-        task.add_done_callback(lambda t: self._handler_done(t, channel))
+        self._handlers[task] = channel
+        task.add_done_callback(self._handler_done)
 
     async def _secured(self, reader: StreamReader, writer: StreamWriter) -> None:
         """A TLS server's connection: the handshake, then the callback.  A
@@ -1641,8 +933,8 @@ class Server:
         if asyncio.iscoroutine(res):
             await res
 
-    def _handler_done(self, task: asyncio.Task[Any], channel: _Channel) -> None:
-        self._handlers.discard(task)
+    def _handler_done(self, task: asyncio.Task[Any]) -> None:
+        channel = self._handlers.pop(task)
         if task.cancelled():
             self._close_connection(channel)
             return

@@ -188,9 +188,9 @@ async def test_a_write_with_room_in_the_pipe_goes_out_at_once():
 
 
 async def test_a_kernel_without_nowait_pipe_writes_sends_through_the_ring(monkeypatch):
-    from aioring import _streams
+    from aioring import _channel
     # An unknown flag: pwritev2 answers EOPNOTSUPP, as a kernel whose pipes lack RWF_NOWAIT does.
-    monkeypatch.setattr(_streams, "_RWF_NOWAIT", 1 << 30)
+    monkeypatch.setattr(_channel, "_RWF_NOWAIT", 1 << 30)
     r, w = os.pipe()
     writer = await aioring.open_pipe_writer(w)
     reader = await aioring.open_pipe_reader(r)
@@ -200,7 +200,7 @@ async def test_a_kernel_without_nowait_pipe_writes_sends_through_the_ring(monkey
     got = asyncio.ensure_future(reader.readexactly(6 + len(payload)))
     await writer.drain()
     assert await got == b"header" + payload
-    assert not writer.transport._direct
+    assert not writer.transport._tx._direct
     writer.close()
     await writer.wait_closed()
     reader.close()
@@ -303,9 +303,9 @@ async def test_a_reader_closed_while_it_lets_the_loop_run_ends_at_eof(reading, l
 
 
 async def test_a_kernel_without_nowait_pipe_reads_reads_through_the_ring(monkeypatch):
-    from aioring import _streams
+    from aioring import _channel
     # An unknown flag: preadv2 answers EOPNOTSUPP, as a kernel whose pipes lack RWF_NOWAIT does.
-    monkeypatch.setattr(_streams, "_RWF_NOWAIT", 1 << 30)
+    monkeypatch.setattr(_channel, "_RWF_NOWAIT", 1 << 30)
     tries = []
     preadv = os.preadv
 

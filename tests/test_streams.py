@@ -374,6 +374,35 @@ async def test_reset_peer_raises_connection_reset_error(socks, impl, in_flight, 
     assert loop_errors == []
 
 
+@pytest.mark.parametrize("how", ["data", "eof", "reset"])
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_what_first_comes_reaches_a_read_that_waited_from_the_start(socks, impl, how, loop_errors):
+    """A connection that has received nothing yet waits without a buffer of
+    its own: its first bytes, EOF or a reset reach the waiting read as with
+    asyncio's streams, and the reads after it go on as usual."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await _streams(impl, a)
+    pending = asyncio.ensure_future(reader.read(100))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert not pending.done()
+    if how == "data":
+        b.sendall(b"first")
+        assert await pending == b"first"
+        b.sendall(b"second")
+        assert await reader.readexactly(6) == b"second"
+    elif how == "eof":
+        b.shutdown(socket.SHUT_WR)
+        assert await pending == b""
+        assert reader.at_eof()
+    else:
+        _reset(b)
+        with pytest.raises(ConnectionResetError):
+            await pending
+    await _close(writer)
+    assert loop_errors == []
+
+
 @pytest.mark.parametrize("op", ["readinto", "readinto_exactly"])
 async def test_reset_during_readinto(socks, op, loop_errors):
     a, b = _tcp_pair(socks)

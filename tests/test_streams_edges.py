@@ -138,7 +138,7 @@ async def _cancel_after_a_late_read(body, reader, peer) -> None:
     cancel it: the read returns them and the task owes the cancellation."""
     task = asyncio.ensure_future(body)
     await asyncio.sleep(0)  # the task's receive is in flight
-    read_op = reader._channel._read_op
+    read_op = reader._rx._read_op
     assert read_op is not None
     peer.sendall(b"hello")
     while not read_op.future.done():  # the CQE is harvested; the task has not run yet
@@ -365,7 +365,7 @@ async def test_abort_with_a_send_in_flight_closes_once_the_kernel_let_go(socks, 
     drainer = asyncio.ensure_future(writer.drain())
     for _ in range(3):
         await asyncio.sleep(0)
-    assert writer.transport._send_op is not None
+    assert writer.transport._tx._sending is not None
     writer.transport.abort()
     assert writer.transport.get_write_buffer_size() == 0
     await asyncio.wait_for(writer.wait_closed(), 5)
@@ -546,7 +546,7 @@ async def test_a_refused_write_keeps_no_copy(socks):
     _reader, writer = await aioring.open_connection(sock=a)
     writer.close()
     writer.write(bytearray(4 << 20))
-    assert not writer.transport._pooled and writer.transport.get_write_buffer_size() == 0
+    assert not writer.transport._tx._pooled and writer.transport.get_write_buffer_size() == 0
     with pytest.raises(TypeError):
         writer.write("text")
     await writer.wait_closed()
