@@ -134,6 +134,7 @@ def _release(op: Op) -> None:
     """The kernel is done with op's memory: release it now, not when the last
     reference goes (a traceback can hold the caller's frame for a long time),
     so that a bytearray can be resized again the moment the call returns."""
+    op.unpin()
     keep = op.keep
     if keep is not None:
         op.keep = None
@@ -253,7 +254,7 @@ class Ring:
         self._loop_ref = weakref.ref(loop)
         self._ops: dict[int, Op] = {}
         address = 0 if ring is None else int(ffi.cast("uintptr_t", ring))
-        self._core = Core(ring, address, self._ops, _CANCEL, lib.aior_prep_poll, ffi.release, os_error,
+        self._core = Core(ring, address, self._ops, _CANCEL, ffi.release, os_error,
                           self._on_retry, self._on_strand, asyncio.InvalidStateError)
         self._waiting: deque[Op] = deque()
         self._limit = cap
@@ -286,15 +287,23 @@ class Ring:
                     sq_entries=self.sq_entries, cq_entries=self.cq_entries)
 
     # ------------------------------------------------------------ submitting
-    def start(self, loop: asyncio.AbstractEventLoop, prep: Callable[..., int], args: tuple[Any, ...],
+    def start(self, loop: asyncio.AbstractEventLoop, prep: Callable[..., int] | None, args: tuple[Any, ...],
               keep: Any, finish: Callable[[Op, int], Any] | None, poll_mask: int = 0,
-              unbounded: bool = False) -> Op:
+              unbounded: bool = False, writable: bool = False) -> Op:
         """Queue one operation.
 
         When the operation completed inside the submit call that queued it,
         the returned op has no future (`op.future is None`): `ready(op)` gives
         its result at once.  Otherwise its future resolves with
         finish(op, res), or raises the OSError of a negative result.
+
+        `prep` is the binding's prep function of the request, or None for a
+        read or write the core prepares itself (see src/core.h): then `keep`
+        is the object whose buffer the kernel reads (or, `writable`, writes),
+        pinned here, and args are (opcode, fd, start, length, offset,
+        rw_flags[, sqe_flags]) with start and length in that buffer.  A
+        buffer the kernel cannot take raises the stdlib's TypeError or
+        BufferError before anything is queued.
 
         `unbounded` marks an operation that may wait for a peer for as long as
         the peer likes (a stream's receive, an accept): it never waits behind
@@ -315,10 +324,14 @@ class Ring:
                     raise RuntimeError("this io_uring is closed")
                 deliver_owed()
             except BaseException:
-                if keep is not None and type(keep) is not tuple:
+                if keep is not None and prep is not None and type(keep) is not tuple:
                     ffi.release(keep)
                 raise
-        op = Op(None, prep, args, keep, finish, poll_mask)
+        if prep is None:
+            op = Op(None, None, args, None, finish, poll_mask)
+            op.pin(keep, writable)
+        else:
+            op = Op(None, prep, args, keep, finish, poll_mask)
         if unbounded:
             op.unbounded = True
         return self._launch(loop, op)
@@ -501,7 +514,8 @@ class Ring:
         # serves them best.  One: a lone task, which eager runs serve best.
         self._solo = pending <= 1
         if pending:
-            self._withdraw_cancelled(pending)
+            if self._core.sq_tagged:  # (awaited ops among the unsubmitted SQEs)
+                self._withdraw_cancelled(pending)
             self._submit()
             if self._core.sq_pending:
                 self._schedule_flush()  # the kernel stopped short of the batch

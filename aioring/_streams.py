@@ -294,19 +294,21 @@ class _Channel:
                 return
             if self._paused:
                 return  # resume_reading() arms it
-            chunk = self._chunk
-            if chunk is None:
-                chunk = self._new_chunk()
+            if self._chunk is None:
+                self._new_chunk()
             if self._is_socket:
-                args = (_RECV, self._fd, chunk, _CHUNK, 0, 0)
+                args = (_RECV, self._fd, 0, _CHUNK, 0, 0)
             else:
-                args = (_READ, self._fd, chunk, _CHUNK, -1, 0)
-            op = self._recv_op = Op(None, _PREP_RW, args, None, None, _POLLIN)
+                args = (_READ, self._fd, 0, _CHUNK, -1, 0)
+            op = self._recv_op = Op(None, None, args, None, None, _POLLIN)  # (the core prepares it)
             op.unbounded = True
             op.sink = self._received
         self._armed = True
         self._inflight += 1
         try:
+            chunk_view = self._chunk_view
+            assert chunk_view is not None
+            op.pin(chunk_view.obj, True)  # (the chunk's own buffer, not a view: nothing to release first)
             self._ring.restart(self._loop, op)
         except BaseException as exc:
             if op.state == _OP_WAITING:  # it never reached the kernel
@@ -334,33 +336,25 @@ class _Channel:
         if self._closing and not self._inflight and not self._pending:
             self._finish_close()
 
-    async def receive(self, ptr: Any, n: int, keep: Any, flags: int = 0) -> int:
-        """One receive of at most n bytes into ptr; 0 at EOF or once closing.
+    async def receive(self, buffer: Any, start: int, n: int, flags: int = 0) -> int:
+        """One receive of at most n bytes into `buffer` (writable) from
+        `start` on; 0 at EOF or once closing.
 
-        `keep` is what holds ptr's memory (an export, or a tuple of objects):
-        the ring owns it until the CQE, also if this coroutine is closed.  A
-        receive that fails (a reset peer) closes the channel, as asyncio's
-        transport closes on a read error.  It owns `keep` from the call on
-        (see Ring.start)."""
+        The ring pins `buffer` until the CQE, also if this coroutine is
+        closed.  A receive that fails (a reset peer) closes the channel, as
+        asyncio's transport closes on a read error."""
         while self._paused and not self._closing:
             resumed = self._resumed = self._loop.create_future()
-            try:
-                await resumed
-            except BaseException:
-                if type(keep) is not tuple:
-                    ffi.release(keep)
-                raise
+            await resumed
         if self._closing:
-            if type(keep) is not tuple:
-                ffi.release(keep)
             return 0
         if self._is_socket:
-            args = (_RECV, self._fd, ptr, min(n, MAX_RW), 0, flags)
+            args = (_RECV, self._fd, start, min(n, MAX_RW), 0, flags)
         else:
-            args = (_READ, self._fd, ptr, min(n, MAX_RW), -1, 0)
+            args = (_READ, self._fd, start, min(n, MAX_RW), -1, 0)
         ring = self._ring
         try:
-            op = ring.start(self._loop, _PREP_RW, args, keep, None, _POLLIN, unbounded=True)
+            op = ring.start(self._loop, None, args, buffer, None, _POLLIN, unbounded=True, writable=True)
             if op.future is None:
                 return ready(op)
         except OSError as exc:
@@ -555,17 +549,13 @@ class _Channel:
                     return
             op = self._send_op_obj
             if len(pending) == 1:
-                data = pending[0]
-                if type(data) is not bytes:
-                    # (For bytes cffi passes a pointer to their own memory,
-                    # which stays put; op.args keeps them alive.)
-                    data = _from_buffer(_CHARS, data, False)
-                n = min(len(data), MAX_RW)
-                op.prep = _PREP_RW
+                # (The core prepares it; the op pins the data until its CQE.)
+                n = min(op.pin(pending[0]), MAX_RW)
+                op.prep = None
                 if self._is_socket:
-                    op.args = (_SEND, self._fd, data, n, 0, _SEND_FLAGS)
+                    op.args = (_SEND, self._fd, 0, n, 0, _SEND_FLAGS)
                 else:
-                    op.args = (_WRITE, self._fd, data, n, -1, 0)
+                    op.args = (_WRITE, self._fd, 0, n, -1, 0)
             else:
                 count = min(len(pending), _IOV_MAX)
                 iov = ffi.new("struct iovec[]", count)
@@ -922,9 +912,8 @@ class StreamReader(asyncio.StreamReader):
         if self._eof or channel is None:
             return 0
         self._begin("readinto")
-        cbuf = _from_buffer(_CHARS, view, True)  # the ring releases it at the CQE
         try:
-            got = await channel.receive(cbuf, n, cbuf)
+            got = await channel.receive(view, 0, n)  # (the ring pins it until the CQE)
         except OSError as exc:
             self._waiter = None
             self.set_exception(exc)
@@ -1037,9 +1026,8 @@ class StreamReader(asyncio.StreamReader):
                     if self._eof:
                         break
                     continue
-                # One export per receive: the ring owns it until the CQE.
-                part = _from_buffer(_CHARS, view[done:], True)
-                got = await channel.receive(part, n - done, part, _WAITALL)
+                # (The ring pins the view until the CQE.)
+                got = await channel.receive(view, done, n - done, _WAITALL)
                 if not got:
                     break
                 done += got

@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ._liburing import lib
+from ._liburing import ffi, lib
 from ._ring import _DONE, _SUBMITTED, DEFAULT_ENTRIES, Op, Ring, _kept_forever
 
 __all__ = ["EMULATED", "ThreadRing", "opcode_of", "run_in_worker"]
@@ -54,6 +54,7 @@ _PREP_POLL = lib.aior_prep_poll
 
 # Each prep function, its system call twin, and its opcode (None: in args[0]).
 _TWINS: dict[Any, tuple[Any, int | None]] = {
+    None: (None, None),  # a read or write the core prepares itself (see _twin_call)
     _PREP_RW: (lib.aior_sync_rw, None),
     lib.aior_prep_rw_sqe: (lib.aior_sync_rw_sqe, None),
     _PREP_MSG: (lib.aior_sync_msg, None),
@@ -238,7 +239,24 @@ def _call(twin: Any, args: tuple[Any, ...], keep: Any, done: Callable[[int], Non
 def run_in_worker(op: Op, done: Callable[[int], None]) -> int:
     """Make `op`'s request in a worker thread; done(result) is called there.
     Returns the request's id, for stop_in_worker."""
-    return _workers().submit(_call, _TWINS[op.prep][0], op.args, op.keep, done)
+    return _workers().submit(_call, *_twin_call(op), done)
+
+
+_CHARS = ffi.typeof("char[]")
+
+
+def _twin_call(op: Op) -> tuple[Any, tuple[Any, ...], Any]:
+    """(twin, its arguments, what the call touches) of `op`'s request.  A
+    read or write the core prepares itself (op.prep None, see src/core.h)
+    names its memory by op's pin and a start in it: the call gets an export
+    of the pinned object of its own, which it holds until it returned."""
+    if op.prep is not None:
+        return _TWINS[op.prep][0], op.args, op.keep
+    args = op.args
+    pinned = op.pinned
+    export = ffi.NULL if pinned is None else ffi.from_buffer(_CHARS, pinned)
+    twin = lib.aior_sync_rw if len(args) == 6 else lib.aior_sync_rw_sqe
+    return twin, (args[0], args[1], export + args[2], *args[3:]), export
 
 
 def stop_in_worker(loop: asyncio.AbstractEventLoop, request: int, pending: Callable[[], bool]) -> None:
@@ -320,6 +338,7 @@ class ThreadRing(Ring):
                 inline = prep in _FD_AT
                 fd = args[0]
             if inline and not lib.aior_fd_may_block(fd):
+                twin, args, _ = _twin_call(op)
                 self._finish(key, twin(*args))
             elif inline and op.unbounded and op.poll_mask and not _open_for(fd, op.poll_mask):
                 self._finish(key, -errno.EBADF)  # a read of a write-only fd would never be ready
@@ -333,7 +352,7 @@ class ThreadRing(Ring):
             else:
                 op.readied = False
                 self._in_workers[key] = _workers().submit(
-                    _call, twin, args, op.keep, lambda res: self._from_worker(key, res))
+                    _call, *_twin_call(op), lambda res: self._from_worker(key, res))
         return True
 
     def _submit_queued(self) -> None:

@@ -66,6 +66,8 @@ typedef struct {
     char readied;      /* (threads backend) it waited for readiness */
     char unbounded;    /* may wait for a peer indefinitely: no backpressure */
     char cancelled;    /* its cancellation was asked for */
+    char pinned;       /* view holds a buffer for the kernel */
+    Py_buffer view;    /* the pin (see Op.pin) */
 } AiorOp;
 
 struct io_uring;
@@ -77,7 +79,6 @@ typedef struct {
     PyObject *owner;       /* the binding's struct io_uring cdata: kept alive */
     PyObject *ops;         /* the in-flight table: dict key -> Op */
     PyObject *cancel_entry;/* the table entry of every ASYNC_CANCEL: skipped */
-    PyObject *poll_prep;   /* the binding's prep of a one-shot poll */
     PyObject *release;     /* ffi.release: lets go of an export */
     PyObject *os_error;    /* res -> the OSError of a negative result */
     PyObject *retry;       /* policy for a CQE the core does not finish itself
@@ -86,6 +87,8 @@ typedef struct {
     PyObject *invalid_state; /* asyncio.InvalidStateError (set_result on a
                                 cancelled future) */
     Py_ssize_t unbounded;  /* unbounded ops in the table */
+    Py_ssize_t sq_tagged;  /* SQEs started with tag bits since the SQ was
+                              last empty after a submit (0: none in the SQ) */
     unsigned long long next_key; /* keys are never reused */
     long long submit_calls, wakeups, completions;
 } AiorCore;
