@@ -482,6 +482,10 @@ class Ring:
                 return
             deferred = self._deferred
             if deferred:
+                # The sends they make may complete a receive on this ring (a
+                # peer in the same loop): muted, its CQE is harvested by this
+                # flush's submit instead of waking the loop again.
+                self._core.mute()
                 # Still flagged as flushing: what they start is queued, not eager.
                 callbacks = iter(deferred)
                 try:
@@ -503,8 +507,8 @@ class Ring:
             # ever reach the kernel.  (An error goes to the loop's handler,
             # and the next operation schedules the flush.)
             self._flush_handle = None
-            if not isinstance(exc, Exception):
-                self._schedule_flush()
+            if not isinstance(exc, Exception) or self._core.cq_due:
+                self._schedule_flush()  # (muted: only a submit turns the eventfd on again)
             raise
 
     def _submit_queued(self) -> None:
@@ -519,6 +523,11 @@ class Ring:
             self._submit()
             if self._core.sq_pending:
                 self._schedule_flush()  # the kernel stopped short of the batch
+        elif self._core.cq_due:
+            # Muted, or completions wait (a peer's receive on this ring that
+            # this iteration's direct sends completed): an empty submit turns
+            # the eventfd on again and harvests them, without a wakeup.
+            self._submit()
 
     def _withdraw_cancelled(self, pending: int) -> None:
         """Before the flush submits: an op whose caller was cancelled since its

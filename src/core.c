@@ -622,6 +622,7 @@ core_submit(AiorCore *self, PyObject *unused)
         self->sq_tagged = 0;
     n = harvest(ring, ud, res, AIOR_BATCH);
     io_uring_cq_eventfd_toggle(ring, true);
+    self->muted = 0;
     /* The kernel publishes a CQE, then reads the flag; we publish the flag,
        then read the CQ tail.  Without a full fence both may read the old
        value, and a CQE would be neither harvested nor signalled. */
@@ -940,6 +941,16 @@ core_harvest(AiorCore *self, PyObject *unused)
 }
 
 static PyObject *
+core_mute(AiorCore *self, PyObject *unused)
+{
+    if (self->ring != NULL) {
+        io_uring_cq_eventfd_toggle(self->ring, false);
+        self->muted = 1;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 core_detach(AiorCore *self, PyObject *unused)
 {
     self->ring = NULL;
@@ -959,6 +970,8 @@ static PyMethodDef core_methods[] = {
      "cancel(key) -> bool: prepare an ASYNC_CANCEL of the request `key`."},
     {"harvest", (PyCFunction)core_harvest, METH_NOARGS,
      "harvest() -> list of (key, res): ready CQEs, not dispatched."},
+    {"mute", (PyCFunction)core_mute, METH_NOARGS,
+     "mute(): no eventfd notification until the next submit() (see core.h)."},
     {"detach", (PyCFunction)core_detach, METH_NOARGS,
      "detach(): never touch the ring again."},
     {NULL},
@@ -975,8 +988,17 @@ static PyMemberDef core_members[] = {
     {NULL},
 };
 
+static PyObject *
+core_cq_due(AiorCore *self, void *unused)
+{
+    return PyBool_FromLong(self->ring != NULL && (self->muted || io_uring_cq_ready(self->ring) ||
+                                                  needs_enter(self->ring)));
+}
+
 static PyGetSetDef core_getset[] = {
     {"sq_pending", (getter)core_sq_pending, NULL, "SQEs prepared and not yet submitted.", NULL},
+    {"cq_due", (getter)core_cq_due, NULL,
+     "Whether completions may wait: muted, CQEs in the CQ, or ones the kernel posts at an enter.", NULL},
     {NULL},
 };
 

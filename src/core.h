@@ -103,6 +103,7 @@ typedef struct {
     PyObject *invalid_state; /* asyncio.InvalidStateError (set_result on a
                                 cancelled future) */
     Py_ssize_t unbounded;  /* unbounded ops in the table */
+    char muted;            /* the eventfd's notification is off (mute) */
     Py_ssize_t sq_tagged;  /* SQEs started with tag bits since the SQ was
                               last empty after a submit (0: none in the SQ) */
     unsigned long long next_key; /* keys are never reused */
@@ -164,11 +165,20 @@ typedef struct {
  *
  * [sq_pending]  SQEs prepared and not submitted yet.
  *
+ * [cq_due]  Whether completions may wait to be harvested by a submit():
+ *  muted (see mute), CQEs in the CQ, or completions the kernel posts only
+ *  at the next enter (task work, an overflow).  No system call.
+ *
  * [submit() -> int]  Submit what the SQ holds, with the eventfd's
  *  notification off, harvest what completed meanwhile and dispatch it, then
  *  anything else ready.  Returns io_uring_submit's result (count or -errno);
  *  raises what a target raised, after handing the undispatched CQEs to
  *  strand.
+ *
+ * [mute() -> None]  Turn the eventfd's notification off until the next
+ *  submit(), which turns it on again and then harvests (with a full fence
+ *  between): what completes meanwhile is harvested there without a wakeup.
+ *  Policy must call submit() after it, whatever happens.
  *
  * [reap(efd) -> int]  The eventfd's reader: drain efd, then harvest and
  *  dispatch every ready CQE.  Returns their number; OSError if efd fails.
