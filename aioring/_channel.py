@@ -276,8 +276,8 @@ class _Receiver(_Side):
     """The receive target of a channel: fills its reader's buffer, or the
     caller's buffer for readinto; pause_reading's state."""
 
-    __slots__ = ("_armed", "_chunk", "_closing", "_op", "_paused", "_paused_skip", "_pull_backoff",
-                 "_pull_skip", "_read_op", "_reader", "_resumed", "_scratch")
+    __slots__ = ("_armed", "_chunk", "_chunk_buffer", "_closing", "_op", "_paused", "_paused_skip",
+                 "_pull_backoff", "_pull_skip", "_read_op", "_reader", "_resumed", "_scratch")
 
     def __init__(self, channel: _Channel) -> None:
         super().__init__(channel)
@@ -288,6 +288,7 @@ class _Receiver(_Side):
         # receive into a chunk of this channel's own.
         self._op: Op | None = None
         self._chunk: Any = None
+        self._chunk_buffer: Any = None
         self._armed = False
         self._read_op: Op | None = None  # a receive into the caller's buffer in flight, if any
         # A read that finds its data already there takes it at once, without
@@ -386,6 +387,8 @@ class _Receiver(_Side):
             op = self._op = self._new_op()
         self._armed = True
         try:
+            if op.prep is None:
+                op.pin(self._chunk_buffer, True)  # (until its CQE; a poll holds no buffer)
             self._ring.restart(self._loop, op)
         except BaseException as exc:
             if op.state == _OP_WAITING:  # it never reached the kernel
@@ -402,26 +405,31 @@ class _Receiver(_Side):
             op = Op(None, _PREP_POLL, (self._fd, _POLLIN), None, None, 0)
             op.sink = self._polled
         else:
-            chunk = self._chunk
-            if chunk is None:
-                chunk = self._chunk = _alloc(_CHARS, _CHUNK)  # (not zeroed, as _scratch)
+            if self._chunk is None:
+                self._new_chunk()
             if self._is_socket:
-                args = (_RECV, self._fd, chunk, _CHUNK, 0, 0)
+                args = (_RECV, self._fd, 0, _CHUNK, 0, 0)
             else:
-                args = (_READ, self._fd, chunk, _CHUNK, -1, 0)
-            op = Op(None, _PREP_RW, args, None, None, _POLLIN)
+                args = (_READ, self._fd, 0, _CHUNK, -1, 0)
+            op = Op(None, None, args, None, None, _POLLIN)  # (the core prepares it)
             op.sink = self._received
         op.unbounded = True
         return op
+
+    def _new_chunk(self) -> None:
+        """The chunk the receives fill (not zeroed, as _scratch), and the
+        buffer object over it that each receive pins."""
+        chunk = self._chunk = _alloc(_CHARS, _CHUNK)
+        self._chunk_buffer = ffi.buffer(chunk)
 
     def _polled(self, res: int) -> None:
         """The CQE of the poll (the ring's sink): data, EOF or an error is
         there.  Received at once into a chunk, which the next receives use."""
         if res >= 0:
             self._op = None  # (the next arm() makes the receive into the chunk)
-            chunk = self._chunk = _alloc(_CHARS, _CHUNK)
+            self._new_chunk()
             try:
-                res = self._owner.recv_into(ffi.buffer(chunk), _CHUNK, _DONTWAIT)
+                res = self._owner.recv_into(self._chunk_buffer, _CHUNK, _DONTWAIT)
             except BlockingIOError:
                 if not self._closing:
                     self._armed = False
@@ -455,33 +463,25 @@ class _Receiver(_Side):
             self._channel._settle()
 
     # ----------------------------------------------- into the caller's buffer
-    async def receive(self, ptr: Any, n: int, keep: Any, flags: int = 0) -> int:
-        """One receive of at most n bytes into ptr; 0 at EOF or once closing.
+    async def receive(self, buffer: Any, start: int, n: int, flags: int = 0) -> int:
+        """One receive of at most n bytes into `buffer` (writable) from
+        `start` on; 0 at EOF or once closing.
 
-        `keep` is what holds ptr's memory (an export, or a tuple of objects):
-        the ring owns it until the CQE, also if this coroutine is closed.  A
-        receive that fails (a reset peer) closes the channel, as asyncio's
-        transport closes on a read error.  It owns `keep` from the call on
-        (see Ring.start)."""
+        The ring pins `buffer` until the CQE, also if this coroutine is
+        closed.  A receive that fails (a reset peer) closes the channel, as
+        asyncio's transport closes on a read error."""
         while self._paused and not self._closing:
             resumed = self._resumed = self._loop.create_future()
-            try:
-                await resumed
-            except BaseException:
-                if type(keep) is not tuple:
-                    ffi.release(keep)
-                raise
+            await resumed
         if self._closing:
-            if type(keep) is not tuple:
-                ffi.release(keep)
             return 0
         if self._is_socket:
-            args = (_RECV, self._fd, ptr, min(n, MAX_RW), 0, flags)
+            args = (_RECV, self._fd, start, min(n, MAX_RW), 0, flags)
         else:
-            args = (_READ, self._fd, ptr, min(n, MAX_RW), -1, 0)
+            args = (_READ, self._fd, start, min(n, MAX_RW), -1, 0)
         ring = self._ring
         try:
-            op = ring.start(self._loop, _PREP_RW, args, keep, None, _POLLIN, unbounded=True)
+            op = ring.start(self._loop, None, args, buffer, None, _POLLIN, unbounded=True, writable=True)
             if op.future is None:
                 return ready(op)
         except OSError as exc:
@@ -776,17 +776,13 @@ class _SendQueue(_Side):
     def _prepare(self, op: Op, pending: collections.deque[Any]) -> None:
         """Point the send op at the pending data: one buffer, or an iovec of them."""
         if len(pending) == 1:
-            data = pending[0]
-            if type(data) is not bytes:
-                # (For bytes cffi passes a pointer to their own memory,
-                # which stays put; op.args keeps them alive.)
-                data = _from_buffer(_CHARS, data, False)
-            n = min(len(data), MAX_RW)
-            op.prep = _PREP_RW
+            # (The core prepares it; the op pins the data until its CQE.)
+            n = min(op.pin(pending[0]), MAX_RW)
+            op.prep = None
             if self._is_socket:
-                op.args = (_SEND, self._fd, data, n, 0, _SEND_FLAGS)
+                op.args = (_SEND, self._fd, 0, n, 0, _SEND_FLAGS)
             else:
-                op.args = (_WRITE, self._fd, data, n, -1, 0)
+                op.args = (_WRITE, self._fd, 0, n, -1, 0)
             return
         count = min(len(pending), _IOV_MAX)
         iov = ffi.new("struct iovec[]", count)

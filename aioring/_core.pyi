@@ -22,8 +22,12 @@ class Op:
     readied: bool
     unbounded: bool
     cancelled: bool
+    pinned: Any
+    address: int
     def __init__(self, future: Any, prep: Any, args: tuple[Any, ...], keep: Any,
                  finish: Callable[[Op, int], Any] | None, poll_mask: int) -> None: ...
+    def pin(self, buffer: Any, writable: bool = False, /) -> int: ...
+    def unpin(self) -> None: ...
 
 class Core:
     ops: dict[int, Op]
@@ -33,8 +37,10 @@ class Core:
     completions: int
     next_key: int
     sq_pending: int
+    sq_tagged: int
+    cq_due: bool
     def __init__(self, owner: Any, address: int, ops: dict[int, Op], cancel_entry: Op,
-                 poll_prep: Any, release: Callable[[Any], None], os_error: Callable[[int], OSError],
+                 release: Callable[[Any], None], os_error: Callable[[int], OSError],
                  retry: Callable[[Op, int], int | None],
                  strand: Callable[[int, int, Op | None, list[tuple[int, int]]], None],
                  invalid_state: type[BaseException]) -> None: ...
@@ -44,4 +50,5 @@ class Core:
     def reap(self, efd: int) -> int: ...
     def complete_batch(self, pairs: list[tuple[int, int]]) -> None: ...
     def harvest(self) -> list[tuple[int, int]]: ...
+    def mute(self) -> None: ...
     def detach(self) -> None: ...

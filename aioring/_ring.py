@@ -278,10 +278,16 @@ class Ring(RingBase):
         # serves them best.  One: a lone task, which eager runs serve best.
         self._solo = pending <= 1
         if pending:
-            self._withdraw_cancelled(pending)
+            if self._core.sq_tagged:  # (awaited ops among the unsubmitted SQEs)
+                self._withdraw_cancelled(pending)
             self._submit()
             if self._core.sq_pending:
                 self._schedule_flush()  # the kernel stopped short of the batch
+        elif self._core.cq_due:
+            # Muted, or completions wait (a peer's receive on this ring that
+            # this iteration's direct sends completed): an empty submit turns
+            # the eventfd on again and harvests them, without a wakeup.
+            self._submit()
 
     def _withdraw_cancelled(self, pending: int) -> None:
         """Before the flush submits: an op whose caller was cancelled since its

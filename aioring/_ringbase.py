@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._core import Core, Op
-from ._liburing import ffi, lib
+from ._liburing import ffi
 from ._redelivery import deliver_owed, owed, redeliver_later
 
 __all__ = ["DEFAULT_ENTRIES", "Op", "RingBase", "os_error", "ready"]
@@ -68,6 +68,7 @@ def _release(op: Op) -> None:
     """The kernel is done with op's memory: release it now, not when the last
     reference goes (a traceback can hold the caller's frame for a long time),
     so that a bytearray can be resized again the moment the call returns."""
+    op.unpin()
     keep = op.keep
     if keep is not None:
         op.keep = None
@@ -150,7 +151,7 @@ class RingBase(abc.ABC):
         self._loop_ref = weakref.ref(loop)
         self._ops: dict[int, Op] = {}
         address = 0 if ring is None else int(ffi.cast("uintptr_t", ring))
-        self._core = Core(ring, address, self._ops, _CANCEL, lib.aior_prep_poll, ffi.release, os_error,
+        self._core = Core(ring, address, self._ops, _CANCEL, ffi.release, os_error,
                           self._on_retry, self._on_strand, asyncio.InvalidStateError)
         self._waiting: deque[Op] = deque()
         self._limit = cap
@@ -183,15 +184,23 @@ class RingBase(abc.ABC):
                     sq_entries=self.sq_entries, cq_entries=self.cq_entries)
 
     # ------------------------------------------------------------ submitting
-    def start(self, loop: asyncio.AbstractEventLoop, prep: Callable[..., int], args: tuple[Any, ...],
+    def start(self, loop: asyncio.AbstractEventLoop, prep: Callable[..., int] | None, args: tuple[Any, ...],
               keep: Any, finish: Callable[[Op, int], Any] | None, poll_mask: int = 0,
-              unbounded: bool = False) -> Op:
+              unbounded: bool = False, writable: bool = False) -> Op:
         """Queue one operation.
 
         When the operation completed inside the submit call that queued it,
         the returned op has no future (`op.future is None`): `ready(op)` gives
         its result at once.  Otherwise its future resolves with
         finish(op, res), or raises the OSError of a negative result.
+
+        `prep` is the binding's prep function of the request, or None for a
+        read or write the core prepares itself (see src/core.h): then `keep`
+        is the object whose buffer the kernel reads (or, `writable`, writes),
+        pinned here, and args are (opcode, fd, start, length, offset,
+        rw_flags[, sqe_flags]) with start and length in that buffer.  A
+        buffer the kernel cannot take raises the stdlib's TypeError or
+        BufferError before anything is queued.
 
         `unbounded` marks an operation that may wait for a peer for as long as
         the peer likes (a stream's receive, an accept): it never waits behind
@@ -212,10 +221,14 @@ class RingBase(abc.ABC):
                     raise RuntimeError("this io_uring is closed")
                 deliver_owed()
             except BaseException:
-                if keep is not None and type(keep) is not tuple:
+                if keep is not None and prep is not None and type(keep) is not tuple:
                     ffi.release(keep)
                 raise
-        op = Op(None, prep, args, keep, finish, poll_mask)
+        if prep is None:
+            op = Op(None, None, args, None, finish, poll_mask)
+            op.pin(keep, writable)
+        else:
+            op = Op(None, prep, args, keep, finish, poll_mask)
         if unbounded:
             op.unbounded = True
         return self._launch(loop, op)
@@ -272,6 +285,10 @@ class RingBase(abc.ABC):
                 return
             deferred = self._deferred
             if deferred:
+                # The sends they make may complete a receive on this ring (a
+                # peer in the same loop): muted, its CQE is harvested by this
+                # flush's submit instead of waking the loop again.
+                self._core.mute()
                 # Still flagged as flushing: what they start is queued, not eager.
                 callbacks = iter(deferred)
                 try:
@@ -293,8 +310,8 @@ class RingBase(abc.ABC):
             # ever reach the kernel.  (An error goes to the loop's handler,
             # and the next operation schedules the flush.)
             self._flush_handle = None
-            if not isinstance(exc, Exception):
-                self._schedule_flush()
+            if not isinstance(exc, Exception) or self._core.cq_due:
+                self._schedule_flush()  # (muted: only a submit turns the eventfd on again)
             raise
 
     def _release_waiting(self) -> None:

@@ -212,9 +212,8 @@ class StreamReader(asyncio.StreamReader):
         if self._eof or rx is None:
             return 0
         self._begin("readinto")
-        cbuf = _from_buffer(_CHARS, view, True)  # the ring releases it at the CQE
         try:
-            got = await rx.receive(cbuf, n, cbuf)
+            got = await rx.receive(view, 0, n)  # (the ring pins it until the CQE)
         except OSError as exc:
             self._waiter = None
             self.set_exception(exc)
@@ -327,9 +326,8 @@ class StreamReader(asyncio.StreamReader):
                     if self._eof:
                         break
                     continue
-                # One export per receive: the ring owns it until the CQE.
-                part = _from_buffer(_CHARS, view[done:], True)
-                got = await rx.receive(part, n - done, part, _WAITALL)
+                # (The ring pins the view until the CQE.)
+                got = await rx.receive(view, done, n - done, _WAITALL)
                 if not got:
                     break
                 done += got

@@ -35,7 +35,7 @@ from collections import deque
 from ._core import Op
 from ._liburing import lib
 from ._ringbase import _DONE, _SUBMITTED, DEFAULT_ENTRIES, RingBase, _kept_forever
-from ._workers import EMULATED, TWINS, run_in_worker, stop_in_worker, workers
+from ._workers import EMULATED, TWINS, run_in_worker, stop_in_worker, twin_call, workers
 
 __all__ = ["ThreadRing"]
 
@@ -130,6 +130,7 @@ class ThreadRing(RingBase):
                 inline = prep in _FD_AT
                 fd = args[0]
             if inline and not lib.aior_fd_may_block(fd):
+                twin, args, _ = twin_call(op)
                 self._finish(key, twin(*args))
             elif inline and op.unbounded and op.poll_mask and not _open_for(fd, op.poll_mask):
                 self._finish(key, -errno.EBADF)  # a read of a write-only fd would never be ready

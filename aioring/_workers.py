@@ -26,15 +26,17 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._core import Op
-from ._liburing import lib
+from ._liburing import ffi, lib
 
-__all__ = ["EMULATED", "STOP_SIGNAL", "TWINS", "opcode_of", "run_in_worker", "stop_in_worker", "workers"]
+__all__ = ["EMULATED", "STOP_SIGNAL", "TWINS", "opcode_of", "run_in_worker", "stop_in_worker", "twin_call",
+           "workers"]
 
 _PREP_POLL = lib.aior_prep_poll
 _ECANCELED = -errno.ECANCELED
 
 # Each prep function, its system call twin, and its opcode (None: in args[0]).
 TWINS: dict[Any, tuple[Any, int | None]] = {
+    None: (None, None),  # a read or write the core prepares itself (see twin_call)
     lib.aior_prep_rw: (lib.aior_sync_rw, None),
     lib.aior_prep_rw_sqe: (lib.aior_sync_rw_sqe, None),
     lib.aior_prep_msg: (lib.aior_sync_msg, None),
@@ -201,7 +203,24 @@ def _call(twin: Any, args: tuple[Any, ...], keep: Any, done: Callable[[int], Non
 def run_in_worker(op: Op, done: Callable[[int], None]) -> int:
     """Make `op`'s request in a worker thread; done(result) is called there.
     Returns the request's id, for stop_in_worker."""
-    return workers().submit(_call, TWINS[op.prep][0], op.args, op.keep, done)
+    return workers().submit(_call, *twin_call(op), done)
+
+
+_CHARS = ffi.typeof("char[]")
+
+
+def twin_call(op: Op) -> tuple[Any, tuple[Any, ...], Any]:
+    """(twin, its arguments, what the call touches) of `op`'s request.  A
+    read or write the core prepares itself (op.prep None, see src/core.h)
+    names its memory by op's pin and a start in it: the call gets an export
+    of the pinned object of its own, which it holds until it returned."""
+    if op.prep is not None:
+        return TWINS[op.prep][0], op.args, op.keep
+    args = op.args
+    pinned = op.pinned
+    export = ffi.NULL if pinned is None else ffi.from_buffer(_CHARS, pinned)
+    twin = lib.aior_sync_rw if len(args) == 6 else lib.aior_sync_rw_sqe
+    return twin, (args[0], args[1], export + args[2], *args[3:]), export
 
 
 def stop_in_worker(loop: asyncio.AbstractEventLoop, request: int, pending: Callable[[], bool]) -> None:

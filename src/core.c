@@ -4,6 +4,7 @@
 #include "core.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <unistd.h>
 #include <liburing.h>
 #include <structmember.h>
@@ -55,12 +56,25 @@ op_traverse(AiorOp *op, visitproc visit, void *arg)
     Py_VISIT(op->finish);
     Py_VISIT(op->waiter);
     Py_VISIT(op->sink);
+    if (op->pinned)
+        Py_VISIT(op->view.obj);
     return 0;
+}
+
+/* Let go of op's pin, if it holds one. */
+static void
+unpin(AiorOp *op)
+{
+    if (op->pinned) {
+        op->pinned = 0;
+        PyBuffer_Release(&op->view);
+    }
 }
 
 static int
 op_clear(AiorOp *op)
 {
+    unpin(op);
     Py_CLEAR(op->future);
     Py_CLEAR(op->prep);
     Py_CLEAR(op->args);
@@ -94,6 +108,68 @@ static PyMemberDef op_members[] = {
     {NULL},
 };
 
+static PyObject *
+op_pin(AiorOp *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    int writable = 0;
+
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "pin() takes a buffer and, optionally, writable");
+        return NULL;
+    }
+    if (nargs == 2 && (writable = PyObject_IsTrue(args[1])) < 0)
+        return NULL;
+    if (op->state == AIOR_SUBMITTED) {
+        PyErr_SetString(PyExc_RuntimeError, "the kernel may touch this op's pinned buffer");
+        return NULL;
+    }
+    unpin(op);
+    /* PyBUF_SIMPLE asks for C-contiguous memory: the stdlib's TypeError for
+       a non-buffer (or a str), BufferError for a non-contiguous one or a
+       read-only one asked to be writable. */
+    if (PyObject_GetBuffer(args[0], &op->view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
+        return NULL;
+    op->pinned = 1;
+    return PyLong_FromSsize_t(op->view.len);
+}
+
+static PyObject *
+op_unpin(AiorOp *op, PyObject *unused)
+{
+    if (op->state == AIOR_SUBMITTED) {
+        PyErr_SetString(PyExc_RuntimeError, "the kernel may touch this op's pinned buffer");
+        return NULL;
+    }
+    unpin(op);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+op_get_pinned(AiorOp *op, void *unused)
+{
+    return Py_NewRef(op->pinned && op->view.obj != NULL ? op->view.obj : Py_None);
+}
+
+static PyObject *
+op_get_address(AiorOp *op, void *unused)
+{
+    return PyLong_FromVoidPtr(op->pinned ? op->view.buf : NULL);
+}
+
+static PyMethodDef op_methods[] = {
+    {"pin", (PyCFunction)(void (*)(void))op_pin, METH_FASTCALL,
+     "pin(buffer, writable=False) -> int: hold `buffer` for the kernel (see core.h)."},
+    {"unpin", (PyCFunction)op_unpin, METH_NOARGS,
+     "unpin(): let go of the pinned buffer (not while the kernel may touch it)."},
+    {NULL},
+};
+
+static PyGetSetDef op_getset[] = {
+    {"pinned", (getter)op_get_pinned, NULL, "The object whose buffer op holds, or None.", NULL},
+    {"address", (getter)op_get_address, NULL, "The address of the pinned buffer (0: none).", NULL},
+    {NULL},
+};
+
 static PyTypeObject AiorOp_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "aioring._core.Op",
@@ -106,6 +182,8 @@ static PyTypeObject AiorOp_Type = {
     .tp_clear = (inquiry)op_clear,
     .tp_dealloc = (destructor)op_dealloc,
     .tp_members = op_members,
+    .tp_methods = op_methods,
+    .tp_getset = op_getset,
 };
 
 /* Replace a field with a new reference (the old one dropped last, as its
@@ -123,21 +201,20 @@ set_field(PyObject **field, PyObject *value)
 static int
 core_init(AiorCore *self, PyObject *args, PyObject *kwds)
 {
-    PyObject *owner, *ops, *cancel_entry, *poll_prep, *release, *os_error, *retry, *strand;
+    PyObject *owner, *ops, *cancel_entry, *release, *os_error, *retry, *strand;
     PyObject *invalid;
     unsigned long long address;
-    static char *kwlist[] = {"owner", "address", "ops", "cancel_entry", "poll_prep", "release",
+    static char *kwlist[] = {"owner", "address", "ops", "cancel_entry", "release",
                              "os_error", "retry", "strand", "invalid_state", NULL};
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OKO!OOOOOOO:Core", kwlist, &owner, &address,
-                                     &PyDict_Type, &ops, &cancel_entry, &poll_prep, &release,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OKO!OOOOOO:Core", kwlist, &owner, &address,
+                                     &PyDict_Type, &ops, &cancel_entry, &release,
                                      &os_error, &retry, &strand, &invalid))
         return -1;
     self->ring = (struct io_uring *)(uintptr_t)address;
     set_field(&self->owner, owner);
     set_field(&self->ops, ops);
     set_field(&self->cancel_entry, cancel_entry);
-    set_field(&self->poll_prep, poll_prep);
     set_field(&self->release, release);
     set_field(&self->os_error, os_error);
     set_field(&self->retry, retry);
@@ -153,7 +230,6 @@ core_traverse(AiorCore *self, visitproc visit, void *arg)
     Py_VISIT(self->owner);
     Py_VISIT(self->ops);
     Py_VISIT(self->cancel_entry);
-    Py_VISIT(self->poll_prep);
     Py_VISIT(self->release);
     Py_VISIT(self->os_error);
     Py_VISIT(self->retry);
@@ -168,7 +244,6 @@ core_clear(AiorCore *self)
     Py_CLEAR(self->owner);
     Py_CLEAR(self->ops);
     Py_CLEAR(self->cancel_entry);
-    Py_CLEAR(self->poll_prep);
     Py_CLEAR(self->release);
     Py_CLEAR(self->os_error);
     Py_CLEAR(self->retry);
@@ -235,6 +310,7 @@ release_keep(AiorCore *self, AiorOp *op)
 {
     PyObject *keep = op->keep;
 
+    unpin(op);
     if (keep == Py_None)
         return 0;
     op->keep = Py_NewRef(Py_None);
@@ -315,6 +391,7 @@ finish_op(AiorCore *self, AiorOp *op, int res)
     op->state = AIOR_DONE;
     op->res = res;
     if (op->sink != Py_None) {
+        unpin(op); /* (the sink's memory is its own: see core.h) */
         PyObject *num = PyLong_FromLong(res);
         if (num == NULL)
             return -1;
@@ -541,8 +618,11 @@ core_submit(AiorCore *self, PyObject *unused)
        is never stranded. */
     io_uring_cq_eventfd_toggle(ring, false);
     submitted = io_uring_submit(ring);
+    if (io_uring_sq_ready(ring) == 0)
+        self->sq_tagged = 0;
     n = harvest(ring, ud, res, AIOR_BATCH);
     io_uring_cq_eventfd_toggle(ring, true);
+    self->muted = 0;
     /* The kernel publishes a CQE, then reads the flag; we publish the flag,
        then read the CQ tail.  Without a full fence both may read the old
        value, and a CQE would be neither harvested nor signalled. */
@@ -624,50 +704,141 @@ error:
 
 /* ---------------------------------------------------------- submitting */
 
-/* Prepare op's SQE under `key` with the binding's prep function:
-   op.prep(ring, *op.args, key), or, for the poll that retries an -EAGAIN,
-   poll_prep(ring, fd, op.poll_mask, key) with the fd of op.args[1].  0,
-   -EBUSY (the SQ is full), or -1 with an exception set. */
+/* An SQE, submitting the SQ first if it is full; NULL if it stays full. */
+static struct io_uring_sqe *
+get_sqe(AiorCore *self)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(self->ring);
+
+    if (sqe == NULL) {
+        io_uring_submit(self->ring);
+        self->submit_calls++;
+        sqe = io_uring_get_sqe(self->ring);
+    }
+    return sqe;
+}
+
 static int
-prep_sqe(AiorCore *self, AiorOp *op, PyObject *key)
+long_arg(PyObject *args, Py_ssize_t i, long long *out)
+{
+    *out = PyLong_AsLongLong(PyTuple_GET_ITEM(args, i));
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* The SQE of a read or write the core prepares itself (op.prep is None):
+   op.args is (opcode, fd, start, length, offset, rw_flags[, sqe_flags]),
+   the memory op's pin from `start` on.  Everything is checked before an SQE
+   is taken.  0, -EBUSY (the SQ stays full), or -1 with an exception set. */
+static int
+prep_rw(AiorCore *self, AiorOp *op, unsigned long long key)
+{
+    PyObject *args = op->args;
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    long long v[7] = {0};
+
+    if (nargs != 6 && nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "a read or write is (opcode, fd, start, length, offset, rw_flags[, sqe_flags])");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        if (long_arg(args, i, &v[i]) < 0)
+            return -1;
+    long long start = v[2], length = v[3];
+    Py_ssize_t size = op->pinned ? op->view.len : 0;
+    if (start < 0 || length < 0 || start > size || length > size - start || length > UINT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "a read or write outside the op's pinned buffer");
+        return -1;
+    }
+    if (v[0] < 0 || v[0] > 255 || v[1] < INT_MIN || v[1] > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "opcode or fd out of range");
+        return -1;
+    }
+    char *addr = op->pinned ? (char *)op->view.buf + start : NULL;
+    struct io_uring_sqe *sqe = get_sqe(self);
+    if (sqe == NULL)
+        return -EBUSY;
+    io_uring_prep_rw((int)v[0], sqe, (int)v[1], addr, (unsigned)length, (__u64)v[4]);
+    sqe->rw_flags = (__u32)v[5];
+    if (nargs == 7)
+        io_uring_sqe_set_flags(sqe, (unsigned)v[6]);
+    sqe->user_data = key;
+    return 0;
+}
+
+/* The poll that retries an -EAGAIN on a non-blocking fd: for op.poll_mask,
+   on the fd of op.args[1]. */
+static int
+prep_poll(AiorCore *self, AiorOp *op, unsigned long long key)
+{
+    if (PyTuple_GET_SIZE(op->args) < 2) {
+        PyErr_SetString(PyExc_TypeError, "a polled op's args[1] is its fd");
+        return -1;
+    }
+    long fd = PyLong_AsLong(PyTuple_GET_ITEM(op->args, 1));
+    if (fd == -1 && PyErr_Occurred())
+        return -1;
+    struct io_uring_sqe *sqe = get_sqe(self);
+    if (sqe == NULL)
+        return -EBUSY;
+    io_uring_prep_poll_add(sqe, (int)fd, (unsigned)op->poll_mask);
+    sqe->user_data = key;
+    return 0;
+}
+
+/* Prepare op's SQE under `key` with the binding's prep function,
+   op.prep(ring, *op.args, key), submitting a full SQ first.  0, -EBUSY
+   (the SQ stays full), or -1 with an exception set. */
+static int
+prep_binding(AiorCore *self, AiorOp *op, unsigned long long k)
 {
     PyObject *stack[16];
-    PyObject *prep, *mask = NULL;
     Py_ssize_t nargs = PyTuple_GET_SIZE(op->args);
 
-    stack[0] = self->owner;
-    if (op->polling) {
-        if (nargs < 2) {
-            PyErr_SetString(PyExc_TypeError, "a polled op's args[1] is its fd");
-            return -1;
-        }
-        mask = PyLong_FromLong(op->poll_mask);
-        if (mask == NULL)
-            return -1;
-        stack[1] = PyTuple_GET_ITEM(op->args, 1);
-        stack[2] = mask;
-        nargs = 2;
-        prep = Py_NewRef(self->poll_prep);
-    } else {
-        if (nargs > 14) {
-            PyErr_SetString(PyExc_TypeError, "an op has at most 14 arguments");
-            return -1;
-        }
-        for (Py_ssize_t i = 0; i < nargs; i++)
-            stack[i + 1] = PyTuple_GET_ITEM(op->args, i);
-        prep = Py_NewRef(op->prep);
+    if (nargs > 14) {
+        PyErr_SetString(PyExc_TypeError, "an op has at most 14 arguments");
+        return -1;
     }
+    PyObject *key = PyLong_FromUnsignedLongLong(k);
+    if (key == NULL)
+        return -1;
+    stack[0] = self->owner;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        stack[i + 1] = PyTuple_GET_ITEM(op->args, i);
     stack[nargs + 1] = key;
-    PyObject *r = PyObject_Vectorcall(prep, stack, nargs + 2, NULL);
+    PyObject *prep = Py_NewRef(op->prep);
+    long ret = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        PyObject *r = PyObject_Vectorcall(prep, stack, nargs + 2, NULL);
+        if (r == NULL) {
+            ret = -1;
+            break;
+        }
+        ret = PyLong_AsLong(r);
+        Py_DECREF(r);
+        if (ret == -1 && PyErr_Occurred())
+            break;
+        if (ret != -EBUSY || attempt) {
+            ret = ret == -EBUSY ? -EBUSY : 0;
+            break;
+        }
+        /* The SQ is full: hand what it holds to the kernel, prepare again. */
+        io_uring_submit(self->ring);
+        self->submit_calls++;
+    }
     Py_DECREF(prep);
-    Py_XDECREF(mask);
-    if (r == NULL)
-        return -1;
-    long ret = PyLong_AsLong(r);
-    Py_DECREF(r);
-    if (ret == -1 && PyErr_Occurred())
-        return -1;
-    return ret == -EBUSY ? -EBUSY : 0;
+    Py_DECREF(key);
+    return (int)ret;
+}
+
+static int
+prep_sqe(AiorCore *self, AiorOp *op, unsigned long long key)
+{
+    if (op->polling)
+        return prep_poll(self, op, key);
+    if (op->prep == Py_None)
+        return prep_rw(self, op, key);
+    return prep_binding(self, op, key);
 }
 
 static PyObject *
@@ -692,24 +863,17 @@ core_start(AiorCore *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "Op.args must be a tuple");
         return NULL;
     }
-    unsigned long long k = self->next_key++ | tag;
-    PyObject *key = PyLong_FromUnsignedLongLong(k);
-    if (key == NULL)
-        return NULL;
-    int ret = prep_sqe(self, op, key);
-    if (ret == -EBUSY) {
-        /* The SQ is full: hand what it holds to the kernel, prepare again. */
-        io_uring_submit(self->ring);
-        self->submit_calls++;
-        ret = prep_sqe(self, op, key);
-    }
-    if (ret < 0) {
-        Py_DECREF(key);
+    unsigned long long k = self->next_key | tag;
+    int ret = prep_sqe(self, op, k);
+    if (ret < 0)
         return ret == -EBUSY ? PyLong_FromLong(0) : NULL;
-    }
-    if (PyDict_SetItem(self->ops, key, arg) < 0) {
+    self->next_key++;
+    if (tag)
+        self->sq_tagged++;
+    PyObject *key = PyLong_FromUnsignedLongLong(k);
+    if (key == NULL || PyDict_SetItem(self->ops, key, arg) < 0) {
         /* (the SQE is in the SQ: a CQE for a key not in the table is dropped) */
-        Py_DECREF(key);
+        Py_XDECREF(key);
         return NULL;
     }
     op->key = k;
@@ -728,14 +892,9 @@ core_cancel(AiorCore *self, PyObject *arg)
         return NULL;
     if (check_ring(self) < 0)
         return NULL;
-    sqe = io_uring_get_sqe(self->ring);
-    if (sqe == NULL) {
-        io_uring_submit(self->ring);
-        self->submit_calls++;
-        sqe = io_uring_get_sqe(self->ring);
-        if (sqe == NULL)
-            Py_RETURN_FALSE;
-    }
+    sqe = get_sqe(self);
+    if (sqe == NULL)
+        Py_RETURN_FALSE;
     unsigned long long k = self->next_key++;
     io_uring_prep_cancel64(sqe, target, 0);
     sqe->user_data = k;
@@ -782,6 +941,16 @@ core_harvest(AiorCore *self, PyObject *unused)
 }
 
 static PyObject *
+core_mute(AiorCore *self, PyObject *unused)
+{
+    if (self->ring != NULL) {
+        io_uring_cq_eventfd_toggle(self->ring, false);
+        self->muted = 1;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 core_detach(AiorCore *self, PyObject *unused)
 {
     self->ring = NULL;
@@ -801,6 +970,8 @@ static PyMethodDef core_methods[] = {
      "cancel(key) -> bool: prepare an ASYNC_CANCEL of the request `key`."},
     {"harvest", (PyCFunction)core_harvest, METH_NOARGS,
      "harvest() -> list of (key, res): ready CQEs, not dispatched."},
+    {"mute", (PyCFunction)core_mute, METH_NOARGS,
+     "mute(): no eventfd notification until the next submit() (see core.h)."},
     {"detach", (PyCFunction)core_detach, METH_NOARGS,
      "detach(): never touch the ring again."},
     {NULL},
@@ -813,11 +984,21 @@ static PyMemberDef core_members[] = {
     {"wakeups", T_LONGLONG, offsetof(AiorCore, wakeups), 0, NULL},
     {"completions", T_LONGLONG, offsetof(AiorCore, completions), 0, NULL},
     {"next_key", T_ULONGLONG, offsetof(AiorCore, next_key), 0, NULL},
+    {"sq_tagged", T_PYSSIZET, offsetof(AiorCore, sq_tagged), 0, NULL},
     {NULL},
 };
 
+static PyObject *
+core_cq_due(AiorCore *self, void *unused)
+{
+    return PyBool_FromLong(self->ring != NULL && (self->muted || io_uring_cq_ready(self->ring) ||
+                                                  needs_enter(self->ring)));
+}
+
 static PyGetSetDef core_getset[] = {
     {"sq_pending", (getter)core_sq_pending, NULL, "SQEs prepared and not yet submitted.", NULL},
+    {"cq_due", (getter)core_cq_due, NULL,
+     "Whether completions may wait: muted, CQEs in the CQ, or ones the kernel posts at an enter.", NULL},
     {NULL},
 };
 

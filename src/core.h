@@ -3,10 +3,12 @@
  * The seam between the three layers:
  *
  *   binding (aioring._liburing, cffi)  makes the ring, probes it, owns the
- *       struct io_uring and its mappings, prepares SQEs (aior_prep_*), and
- *       keeps the cold-path C helpers.
+ *       struct io_uring and its mappings, prepares the SQEs of the cold
+ *       opcodes (aior_prep_*), and keeps the cold-path C helpers.
  *   core (this module)                 owns the in-flight table and what it
- *       holds, harvests CQEs and dispatches each to its completion target.
+ *       holds (buffer pins), prepares the SQEs of reads, writes, sends,
+ *       receives and polls itself, submits, harvests CQEs and dispatches
+ *       each to its completion target.
  *   policy (aioring._ring, Python)     decides when to submit, holds ops
  *       back (backpressure), redelivers cancellations, survives fork, and
  *       serves every public API.
@@ -16,11 +18,25 @@
  * Op: one request, the entry of the in-flight table.  Its fields are read
  * and written by the policy layer as plain attributes (future, prep, args,
  * keep, finish, waiter, sink, key, state, res, poll_mask, polling, readied,
- * unbounded, cancelled) and by the core as C fields.  `keep` is everything
- * the kernel may read or write for the request (a cffi export of the
- * caller's buffer, or a tuple of objects): the entry holds it until the
- * request's CQE arrived, and the core releases an export (not a tuple) as
- * soon as the request's target has its result.
+ * unbounded, cancelled) and by the core as C fields.  What the kernel may
+ * read or write for the request is held by the op in one of two ways:
+ *   - its pin (Op.pin below): a Python buffer taken with PyObject_GetBuffer,
+ *     the memory of a read or write the core prepares itself;
+ *   - `keep`, for an SQE the binding prepares: a cffi export of the
+ *     caller's buffer, or a tuple of objects.
+ * The entry holds both until the request's CQE arrived; the core releases
+ * the pin and an export (not a tuple) as soon as the request's target has
+ * its result (a sink's op: before the sink is called, its memory being the
+ * sink's own).  Cancelling never releases them: only the CQE does, or
+ * policy once the kernel never saw the request (withdrawn, dropped).
+ *
+ * Op.prep says who prepares the SQE:
+ *   - None: the core, with liburing's inline io_uring_prep_rw.  op.args is
+ *     (opcode, fd, start, length, offset, rw_flags[, sqe_flags]): a READ,
+ *     WRITE, RECV or SEND (rw_flags: the msg_flags of the last two) of
+ *     `length` bytes of the pinned buffer from `start` on (no pin: a NULL
+ *     address, and start and length 0, as for FSYNC).
+ *   - a prep function of the binding, called as prep(ring, *args, key).
  *
  * A completion target is where a CQE's result goes.  Two kinds exist:
  *   - a sink: any callable taking the result (an int, negative for -errno);
@@ -66,6 +82,8 @@ typedef struct {
     char readied;      /* (threads backend) it waited for readiness */
     char unbounded;    /* may wait for a peer indefinitely: no backpressure */
     char cancelled;    /* its cancellation was asked for */
+    char pinned;       /* view holds a buffer for the kernel */
+    Py_buffer view;    /* the pin (see Op.pin) */
 } AiorOp;
 
 struct io_uring;
@@ -77,7 +95,6 @@ typedef struct {
     PyObject *owner;       /* the binding's struct io_uring cdata: kept alive */
     PyObject *ops;         /* the in-flight table: dict key -> Op */
     PyObject *cancel_entry;/* the table entry of every ASYNC_CANCEL: skipped */
-    PyObject *poll_prep;   /* the binding's prep of a one-shot poll */
     PyObject *release;     /* ffi.release: lets go of an export */
     PyObject *os_error;    /* res -> the OSError of a negative result */
     PyObject *retry;       /* policy for a CQE the core does not finish itself
@@ -86,13 +103,34 @@ typedef struct {
     PyObject *invalid_state; /* asyncio.InvalidStateError (set_result on a
                                 cancelled future) */
     Py_ssize_t unbounded;  /* unbounded ops in the table */
+    char muted;            /* the eventfd's notification is off (mute) */
+    Py_ssize_t sq_tagged;  /* SQEs started with tag bits since the SQ was
+                              last empty after a submit (0: none in the SQ) */
     unsigned long long next_key; /* keys are never reused */
     long long submit_calls, wakeups, completions;
 } AiorCore;
 
-/* Entry points of Core (methods; Python names in brackets):
+/* Entry points of Op (Python names in brackets):
  *
- * [Core(owner, address, ops, cancel_entry, poll_prep, release, os_error,
+ * [Op(future, prep, args, keep, finish, poll_mask)]  A new entry, WAITING.
+ *
+ * [pin(buffer, writable=False) -> int]  Hold `buffer`'s C-contiguous memory
+ *  (writable: for the kernel to write into) for the op's next request,
+ *  releasing an earlier pin first; returns its size in bytes.  Raises what
+ *  the buffer protocol raises, as os.write and socket.recv_into do:
+ *  TypeError for a non-buffer (a str), BufferError for a non-contiguous
+ *  buffer or a read-only one asked to be writable; RuntimeError while the
+ *  op is SUBMITTED.  A pinned bytearray cannot be resized.
+ *
+ * [unpin()]  Release the pin now (policy, for a request the kernel never
+ *  saw or whose CQE it finishes itself); RuntimeError while SUBMITTED.
+ *
+ * [pinned], [address]  The pinned object (None) and its address (0): for
+ *  the threads backend, which makes the same call as a system call.
+ *
+ * Entry points of Core (methods; Python names in brackets):
+ *
+ * [Core(owner, address, ops, cancel_entry, release, os_error,
  *  retry, strand, invalid_state)]  address: the struct io_uring the binding made (0 for
  *  none), as an int; owner keeps it alive.  ops: the table (a dict the core
  *  fills and empties; policy reads it and, on cold paths, edits it).
@@ -103,16 +141,21 @@ typedef struct {
  *  was dispatched to `op` (None if none); `rest` is the list of (key, res)
  *  of every CQE harvested but not dispatched; policy keeps them for later.
  *
- * [start(op, tag=0) -> int]  Prepare op's SQE with the binding's prep function,
- *  op.prep(ring, *op.args, key), or poll_prep(ring, op.args[1],
- *  op.poll_mask, key) when op.polling (the poll that retries an -EAGAIN
- *  on a non-blocking fd), under a new key (with the bits of `tag` set:
+ * [start(op, tag=0) -> int]  Prepare op's SQE (see Op.prep), or a one-shot
+ *  poll for op.poll_mask on the fd op.args[1] when op.polling (the poll
+ *  that retries an -EAGAIN on a non-blocking fd), under a new key (with the bits of `tag` set:
  *  policy marks the ops whose callers await them, to find them among the
  *  unsubmitted SQEs) (submitting the SQ first if
  *  it is full), and put op in the table: state SUBMITTED, op.key set, counted
- *  if unbounded.  The table holds op, and through it op.keep, until the CQE.
- *  Returns the key, or 0 when the SQ stays full (nothing changed).  Raises
- *  what prep raises, before anything is queued.
+ *  if unbounded.  The table holds op, and through it its pin and op.keep,
+ *  until the CQE.  Returns the key, or 0 when the SQ stays full (nothing
+ *  changed).  Raises what prep raises (the core's own: TypeError or
+ *  OverflowError for args that are not ints of the kinds above, ValueError
+ *  for a start and length outside the pin), before anything is queued.
+ *
+ * [sq_tagged]  Ops started with tag bits since the SQ was last found empty
+ *  after a submit: 0 when none can be among the unsubmitted SQEs (policy
+ *  then skips looking for them).
  *
  * [cancel(key) -> bool]  Prepare an ASYNC_CANCEL of the request `key`, its
  *  own entry in the table being cancel_entry.  False when the SQ stays full.
@@ -122,11 +165,20 @@ typedef struct {
  *
  * [sq_pending]  SQEs prepared and not submitted yet.
  *
+ * [cq_due]  Whether completions may wait to be harvested by a submit():
+ *  muted (see mute), CQEs in the CQ, or completions the kernel posts only
+ *  at the next enter (task work, an overflow).  No system call.
+ *
  * [submit() -> int]  Submit what the SQ holds, with the eventfd's
  *  notification off, harvest what completed meanwhile and dispatch it, then
  *  anything else ready.  Returns io_uring_submit's result (count or -errno);
  *  raises what a target raised, after handing the undispatched CQEs to
  *  strand.
+ *
+ * [mute() -> None]  Turn the eventfd's notification off until the next
+ *  submit(), which turns it on again and then harvests (with a full fence
+ *  between): what completes meanwhile is harvested there without a wakeup.
+ *  Policy must call submit() after it, whatever happens.
  *
  * [reap(efd) -> int]  The eventfd's reader: drain efd, then harvest and
  *  dispatch every ready CQE.  Returns their number; OSError if efd fails.

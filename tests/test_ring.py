@@ -574,3 +574,23 @@ def test_a_keyboard_interrupt_while_a_ring_is_made_leaves_no_fd(new_loop, func, 
     assert not ring.closed
     loop.close()
     assert set(os.listdir("/proc/self/fd")) <= fds  # (the loop's own fds went too)
+
+
+def test_an_op_pins_what_os_write_takes_and_refuses_what_it_refuses(pipe):
+    """The core's pin (Op.pin) takes a buffer as os.write takes one: the same
+    error for what os.write refuses, and a pinned bytearray is not resized
+    until the op lets go of it."""
+    op = _ring.Op(None, None, (), None, None, 0)
+    for bad in ("text", object(), memoryview(bytearray(8))[::2]):
+        with pytest.raises((TypeError, BufferError)) as stdlib:
+            os.write(pipe[1], bad)
+        with pytest.raises(type(stdlib.value)):
+            op.pin(bad)
+    with pytest.raises(BufferError):
+        op.pin(b"read-only", True)
+    ba = bytearray(8)
+    assert op.pin(ba, True) == 8
+    with pytest.raises(BufferError):
+        ba.append(0)
+    op.unpin()
+    ba.append(0)
