@@ -112,6 +112,8 @@ class StreamReader(asyncio.StreamReader):
     _waiter: asyncio.Future[None] | None
     _limit: int
     _loop: asyncio.AbstractEventLoop
+    _paused: bool
+    _transport: Any
 
     _channel: _Channel | None = None  # the transport
     _rx: _Receiver | None = None  # its receive target, which fills this reader's buffer

@@ -31,6 +31,13 @@ readline, readuntil and readexactly, take whole records into the reader's
 buffer.  The TLS library is asked for plaintext only when it holds some: an
 ``SSLWantReadError`` costs more than decrypting a small record.
 
+While the program does not read, a receive stays out all the same, as
+asyncio's TLS transport reads all the time: what comes is decrypted into the
+reader's buffer until that holds more than twice the reader's limit (reading
+resumes once it is down to the limit, asyncio's flow control), so a peer's
+close_notify is answered at once.  A program read takes the receive that is
+out over; ``pause_reading()`` stops all of it until ``resume_reading()``.
+
 Decrypting is synchronous, so a read cancelled while it waits for
 ciphertext loses nothing: the ciphertext read either returned its bytes (they
 are in the incoming BIO before anything else runs) or never took any; a
@@ -133,6 +140,32 @@ def server_context(ssl_arg: Any, handshake_timeout: float | None, shutdown_timeo
     return ssl_arg
 
 
+class _Watch:
+    """The raw reader's waiter while the program does not read: what wakes a
+    reader's task (the receive's bytes, the end, the socket's error) calls
+    the layer back instead (see TLSLayer._listen)."""
+
+    __slots__ = ("_layer", "done_")
+
+    def __init__(self, layer: TLSLayer) -> None:
+        self.done_ = False
+        self._layer = layer
+
+    def done(self) -> bool:
+        return self.done_
+
+    def cancelled(self) -> bool:
+        return False
+
+    def set_result(self, _: Any) -> None:
+        if not self.done_:
+            self.done_ = True
+            self._layer._loop.call_soon(self._layer._heard, self)
+
+    def set_exception(self, _: BaseException) -> None:
+        self.set_result(None)  # (the raw reader keeps it: see TLSLayer._take_in)
+
+
 class TLSLayer:
     """The TLS state of one connection, and the transport of its StreamWriter.
 
@@ -169,6 +202,10 @@ class TLSLayer:
         self._timer: asyncio.TimerHandle | None = None
         self._shutdown_task: asyncio.Task[None] | None = None
         self._reader: StreamReader | None = None  # the program's reader, once wrapped
+        # While the program does not read: the raw reader's waiter for the
+        # receive that is out (see _listen), and whether a look is due.
+        self._watch: _Watch | None = None
+        self._idle_due = False
         busy = loop.create_future()
         busy.cancel()  # the reader's stand-in waiter while a read is out: nothing sets it
         self._busy = busy
@@ -196,6 +233,7 @@ class TLSLayer:
                 raise raw._exception
             self._reading = True
             try:
+                self._drop_watch(True)  # (the idle receive's bytes are this read's)
                 await raw._wait_for_data("read")
             finally:
                 self._reading = False
@@ -253,9 +291,13 @@ class TLSLayer:
         self._raw.abort()  # the read in flight ends: handshake() raises the error
 
     def attach(self, reader: StreamReader) -> None:
-        """The program's reader takes its data from this layer from now on."""
+        """The program's reader takes its data from this layer from now on
+        (and the reader asks the layer to resume reading, as asyncio's
+        reader asks its transport)."""
         self._reader = reader
+        reader._transport = self
         self._raw._closed_future.add_done_callback(self._connection_lost)
+        self._idle()
 
     def _connection_lost(self, _: Any) -> None:
         """The socket is closed: what came stays readable, then the reader is
@@ -281,6 +323,102 @@ class TLSLayer:
             reader.set_exception(lost)
         else:
             reader.feed_eof()
+
+    # --------------------------------------------------------- idle reading
+    def _idle(self) -> None:
+        """A program's read ended: at this iteration's flush, unless a read
+        is out again by then, ciphertext is received while nobody reads."""
+        if not self._idle_due and self._watch is None and not self._closing:
+            self._idle_due = True
+            self._raw._ring.defer(self._on_idle)
+
+    def _on_idle(self) -> None:
+        self._idle_due = False
+        self._take_in()  # (what the read left in the incoming BIO first)
+
+    def _listen(self) -> None:
+        """While the program does not read, as asyncio's TLS transport reads
+        all the time: what came is taken in (see _take_in), and a receive
+        is out for what comes, so that a close_notify is answered at once."""
+        self._drop_watch()
+        reader = self._reader
+        if (reader is None or self._watch is not None or self._reading or self._closing
+                or reader._waiter is not None or self._raw_eof or self._error is not None):
+            return
+        raw = self._raw_reader
+        if raw._buffer or raw._eof or raw._exception is not None:
+            self._take_in()
+            return
+        if reader._paused:
+            if len(reader._buffer) > reader._limit:
+                return  # (asyncio's reader resumes its transport at the limit: resume_reading)
+            reader._paused = False
+        watch = self._watch = _Watch(self)
+        raw._waiter = watch  # type: ignore[assignment]
+        channel = self._raw
+        if not channel._armed:
+            try:
+                channel._arm()  # (paused by the program: resume_reading() arms it)
+            except OSError:
+                pass  # the channel failed: the watch has its error (see _heard)
+
+    def _resume_at_limit(self, reader: StreamReader) -> None:
+        """asyncio's reader's resumption of its transport, after a read of ours."""
+        if len(reader._buffer) <= reader._limit:
+            reader._paused = False
+            self._idle()
+
+    def _heard(self, watch: _Watch) -> None:
+        """The idle receive brought ciphertext, the end, or the socket's error."""
+        if watch is self._watch:  # (else a read took it over, or _take_in saw it done)
+            self._take_in()
+
+    def _drop_watch(self, always: bool = False) -> None:
+        """Nothing waits for the idle receive any more: it is over, or
+        (`always`) a read takes it over."""
+        watch = self._watch
+        if watch is not None and (always or watch.done_):
+            self._watch = None
+            raw = self._raw_reader
+            if raw._waiter is watch:  # type: ignore[comparison-overlap]
+                raw._waiter = None
+
+    def _take_in(self) -> None:
+        """What came while the program does not read: its plaintext goes to
+        the reader's buffer, as asyncio's TLS transport feeds the reader,
+        until that holds more than twice the reader's limit (then the reader
+        resumes reading at its limit, as asyncio's pauses its transport); a
+        close_notify ends the stream and is answered; the peer's end without
+        one, or the socket's error, end it as a read would."""
+        self._drop_watch()
+        reader = self._reader
+        if (reader is None or self._closing or self._reading or reader._waiter is not None
+                or reader._eof or reader._exception is not None or self._error is not None
+                or self._raw._paused):
+            return  # (paused by the program: nothing is decrypted, as with asyncio's)
+        raw = self._raw_reader
+        try:
+            if raw._buffer:
+                self._incoming.write(raw._buffer)
+                raw._buffer.clear()
+            if self._incoming.pending or (self._held and self._obj.pending()):
+                self._decrypt(reader)
+            if reader._eof or self._closing:
+                return  # (a close_notify)
+            if raw._eof or raw._exception is not None:
+                self._raw_eof = True
+                self._peer_ended(reader, False)
+                return
+        except OSError as exc:  # (ssl.SSLError among them)
+            if reader._exception is None:
+                if isinstance(exc, ssl.SSLError) and reader._buffer:
+                    self._error = exc  # (the plaintext before it is read first)
+                else:
+                    self._failed(reader, exc)
+            return
+        if len(reader._buffer) > 2 * reader._limit:
+            reader._paused = True
+        self._listen()
 
     # -------------------------------------------------------------- reading
     def _claim(self, reader: StreamReader, func_name: str) -> None:
@@ -360,6 +498,7 @@ class TLSLayer:
             raise
         finally:
             reader._waiter = None
+            self._idle()
 
     def _read_into(self, reader: StreamReader, n: int, view: memoryview) -> int:
         """Decrypt at most n bytes into view: their number, 0 at close_notify,
@@ -400,6 +539,8 @@ class TLSLayer:
         with memoryview(buffered) as m:
             view[:k] = m[:k]
         del buffered[:k]
+        if reader._paused:
+            self._resume_at_limit(reader)
         return k
 
     async def _decrypt_into(self, reader: StreamReader, view: memoryview, n: int) -> int:
@@ -417,6 +558,7 @@ class TLSLayer:
             raise
         finally:
             reader._waiter = None
+            self._idle()
 
     async def readinto_exactly(self, reader: StreamReader, buf: bytearray | memoryview) -> int:
         """StreamReader.readinto_exactly's part (`buf`: a bytearray or a
@@ -435,6 +577,8 @@ class TLSLayer:
                 await self.wait_for_data(reader, "readinto_exactly")
             buf[:] = buffered[:n]  # same length: a bytearray is not resized
             del buffered[:n]
+            if reader._paused:
+                self._resume_at_limit(reader)
             return n
         view = memoryview(buf)
         try:
@@ -475,6 +619,7 @@ class TLSLayer:
                 raise
             finally:
                 reader._waiter = None
+                self._idle()
         if done < n:
             raise asyncio.IncompleteReadError(bytes(view[:done]), n)
         return n
@@ -568,6 +713,7 @@ class TLSLayer:
 
     def resume_reading(self) -> None:
         self._raw.resume_reading()
+        self._idle()  # (also asyncio's reader's: its buffer is down to its limit)
 
     def get_write_buffer_size(self) -> int:
         return self._raw.get_write_buffer_size()
