@@ -206,6 +206,9 @@ class TLSLayer:
         # receive that is out (see _listen), and whether a look is due.
         self._watch: _Watch | None = None
         self._idle_due = False
+        # Small writes waiting for the iteration's end, to be encrypted together.
+        self._plain: list[bytes] = []
+        self._plain_size = 0
         busy = loop.create_future()
         busy.cancel()  # the reader's stand-in waiter while a read is out: nothing sets it
         self._busy = busy
@@ -626,13 +629,51 @@ class TLSLayer:
 
     # -------------------------------------------------------------- writing
     def write(self, data: Any) -> None:
-        """As asyncio's TLS transport: encrypt now, send with the plain channel;
-        dropped once closing or once a send failed (drain() raises its error)."""
+        """As asyncio's TLS transport: encrypt, send with the plain channel;
+        dropped once closing or once a send failed (drain() raises its error).
+
+        Small writes of one loop iteration are encrypted together at its end
+        (or at drain() or close(), whichever comes first), in one record: a
+        frame's header and payload, written apart, cost one record's
+        encryption here and one decryption at the peer.  A buffer that is
+        not bytes is copied for that, unless nothing waits (then it is
+        encrypted at once)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data: expecting a bytes-like instance, got {type(data).__name__}")
         if not data or self._closing or self._raw._write_exc is not None:
             return
         total = data.nbytes if type(data) is memoryview else len(data)
+        plain = self._plain
+        if total + self._plain_size <= _RECORD and (plain or type(data) is bytes):
+            if not plain:
+                self._raw._ring.defer(self._seal_at_flush)
+            plain.append(data if type(data) is bytes else bytes(data))
+            self._plain_size += total
+            return
+        if plain:
+            self._seal()  # (what waits goes first)
+        self._encrypt(data, total)
+
+    def _seal_at_flush(self) -> None:
+        """The iteration's flush: seal what waits, and send it in this flush
+        (the channel's own send would wait for the next)."""
+        if self._plain:
+            self._seal()
+            self._raw._send_now()
+
+    def _seal(self) -> None:
+        """Encrypt the writes that wait, in one record."""
+        plain = self._plain
+        data = plain[0] if len(plain) == 1 else b"".join(plain)
+        plain.clear()
+        self._plain_size = 0
+        if self._raw._write_exc is None:
+            try:
+                self._encrypt(data, len(data))
+            except ssl.SSLError:
+                pass  # (the reader and drain() raise it: see _failed)
+
+    def _encrypt(self, data: Any, total: int) -> None:
         sslobj = self._obj
         raw = self._raw
         try:
@@ -670,6 +711,8 @@ class TLSLayer:
         return False
 
     async def drain(self) -> None:
+        if self._plain:
+            self._seal()
         if self._closing and not self._raw._closing:
             await asyncio.sleep(0)  # as asyncio's drain: let the close progress
             if self._raw._closed:
@@ -680,7 +723,7 @@ class TLSLayer:
     # What StreamWriter.drain's fast path reads of its transport.
     @property
     def _pending_size(self) -> int:
-        return self._raw._pending_size
+        return self._raw._pending_size + self._plain_size
 
     @property
     def _high(self) -> int:
@@ -716,7 +759,7 @@ class TLSLayer:
         self._idle()  # (also asyncio's reader's: its buffer is down to its limit)
 
     def get_write_buffer_size(self) -> int:
-        return self._raw.get_write_buffer_size()
+        return self._raw.get_write_buffer_size() + self._plain_size
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         return self._raw.get_write_buffer_limits()
@@ -734,6 +777,8 @@ class TLSLayer:
         if not self._wrapped:
             self._raw.abort()  # (as asyncio's: a close during the handshake aborts)
             return
+        if self._plain:
+            self._seal()
         try:
             self._sslobj.unwrap()
             self._notified = True  # (the peer's came already)
@@ -780,6 +825,8 @@ class TLSLayer:
     def abort(self) -> None:
         """Close at once, without close_notify."""
         self._closing = True
+        self._plain.clear()
+        self._plain_size = 0
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
