@@ -543,6 +543,7 @@ async def _secure(reader: StreamReader, writer: StreamWriter, context: Any, serv
     reader._tls = layer
     writer._transport = writer._queue = layer
     writer.write = layer.write  # type: ignore[method-assign]
+    writer.drain = layer.drain  # type: ignore[method-assign]
 
 
 def _client_tls(ssl: Any, host: Any, server_hostname: str | None, handshake_timeout: float | None,

@@ -236,7 +236,8 @@ class TLSLayer:
                 raise raw._exception
             self._reading = True
             try:
-                self._drop_watch(True)  # (the idle receive's bytes are this read's)
+                if self._watch is not None:
+                    self._drop_watch(True)  # (the idle receive's bytes are this read's)
                 await raw._wait_for_data("read")
             finally:
                 self._reading = False
@@ -337,7 +338,9 @@ class TLSLayer:
 
     def _on_idle(self) -> None:
         self._idle_due = False
-        self._take_in()  # (what the read left in the incoming BIO first)
+        reader = self._reader
+        if reader is not None and reader._waiter is None:  # (else a read is out again)
+            self._take_in()  # (what the read left in the incoming BIO first)
 
     def _listen(self) -> None:
         """While the program does not read, as asyncio's TLS transport reads
@@ -711,14 +714,23 @@ class TLSLayer:
         return False
 
     async def drain(self) -> None:
+        """The StreamWriter's drain over TLS (as StreamWriter.drain, reading
+        this layer's state without the properties below)."""
+        reader = self._reader
+        if reader is not None and reader._exception is not None:
+            raise reader._exception
+        raw = self._raw
+        if (raw._pending_size + self._plain_size <= raw._high and raw._write_exc is None
+                and not self._closing):
+            return  # the common case: the iteration's flush encrypts and sends
         if self._plain:
             self._seal()
-        if self._closing and not self._raw._closing:
+        if self._closing and not raw._closing:
             await asyncio.sleep(0)  # as asyncio's drain: let the close progress
-            if self._raw._closed:
+            if raw._closed:
                 raise ConnectionResetError("Connection lost")
             return
-        await self._raw.drain()
+        await raw.drain()
 
     # What StreamWriter.drain's fast path reads of its transport.
     @property

@@ -610,3 +610,25 @@ async def test_close_notify_answered_while_not_reading_client(certs: Certs, modu
     await asyncio.wait_for(writer.wait_closed(), PEER_CLOSE + 5)
     server.close()
     await server.wait_closed()
+
+
+@pytest.mark.parametrize("module", [aioring, asyncio], ids=["aioring", "asyncio"])
+async def test_writes_of_one_iteration_arrive_as_written(certs: Certs, module: Any) -> None:
+    """Small writes of one loop iteration (encrypted together by aioring) arrive
+    in order, and a buffer changed after write() returned changes nothing
+    sent, as with asyncio's TLS streams."""
+    server, port = await serve(aioring, echo_frames, certs)
+    reader, writer = await connect(module, port, certs)
+    payload = bytearray(b"payload!")
+    writer.write(struct.pack(">Q", 11))
+    writer.write(b"abc")
+    writer.write(payload)
+    payload[:] = b"changed!"
+    writer.writelines([struct.pack(">Q", 1), memoryview(b"z")])
+    await writer.drain()
+    expected = struct.pack(">Q", 11) + b"abcpayload!" + struct.pack(">Q", 1) + b"z"
+    assert await reader.readexactly(len(expected)) == expected
+    writer.close()
+    await writer.wait_closed()
+    server.close()
+    await server.wait_closed()
