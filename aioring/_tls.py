@@ -160,7 +160,10 @@ class _Watch:
     def set_result(self, _: Any) -> None:
         if not self.done_:
             self.done_ = True
-            self._layer._loop.call_soon(self._layer._heard, self)
+            try:
+                self._layer._loop.call_soon(self._layer._heard, self)
+            except RuntimeError:
+                pass  # (the loop is closed: its ring ends the receive, nobody is left to tell)
 
     def set_exception(self, _: BaseException) -> None:
         self.set_result(None)  # (the raw reader keeps it: see TLSLayer._take_in)
