@@ -510,25 +510,41 @@ class TLSLayer:
             self._idle()
 
     def _read_into(self, reader: StreamReader, n: int, view: memoryview) -> int:
-        """Decrypt at most n bytes into view: their number, 0 at close_notify,
-        -1 when more ciphertext is needed."""
+        """Decrypt at most n bytes into view, from as many records as the
+        incoming BIO holds: their number, 0 at close_notify, -1 when more
+        ciphertext is needed."""
         if self._error is not None:
             raise self._error
-        if not (self._incoming.pending or (self._held and self._obj.pending())):
-            return -1  # (without asking: an SSLWantReadError costs more than the decryption)
+        obj = self._obj
+        incoming = self._incoming
+        done = 0
+        ended = False
         try:
-            got: int = self._obj.read(n, view)
-            self._held = got == n
+            # (Asked only while it holds some: an SSLWantReadError costs more than the decryption.)
+            while incoming.pending or (self._held and obj.pending()):
+                got: int = obj.read(n - done, view[done:] if done else view)
+                if not got:
+                    ended = not done
+                    break
+                done += got
+                self._held = done == n  # (else the record's plaintext is all out)
+                if done == n:
+                    break
         except _WANT:
-            got = -1
+            pass
         except ssl.SSLZeroReturnError:
-            got = 0
+            ended = not done
+        except ssl.SSLError as exc:
+            if not done:
+                raise
+            self._error = exc  # the plaintext before the bad record is read first
         finally:
             if self._outgoing.pending:
                 self._flush()
-        if got == 0:
+        if ended:
             self._peer_ended(reader, True)
-        return got
+            return 0
+        return done or -1
 
     async def readinto(self, reader: StreamReader, view: memoryview) -> int:
         """StreamReader.readinto's part: buffered plaintext first; else a
