@@ -9,13 +9,15 @@ bytes that have not come yet.
 The layer meets the plain stream at one seam, and uses nothing else of it:
 
 * ciphertext in: a plain ``StreamReader`` on the channel, its
-  ``_wait_for_data()`` and its ``_buffer`` (asyncio's own reader state), whose
-  bytes move to the incoming BIO in one piece;
+  ``_wait_for_data()``, its ``_buffer`` and its ``_waiter`` (asyncio's own
+  reader state), whose bytes move to the incoming BIO in one piece; while
+  the program does not read, the channel's ``_arm()`` (its receive into that
+  buffer, ``_armed`` while out, held back while ``_paused``);
 * ciphertext out: the channel's ``write()``, and ``_send()`` to hand a large
   write's slices to the kernel as they are encrypted (the peer decrypts one
-  while this side encrypts the next), ``drain()`` and the write-side state
-  that ``StreamWriter.drain`` reads (``_pending_size``, ``_high``,
-  ``_write_exc``);
+  while this side encrypts the next), ``_send_now()`` for the small writes
+  encrypted at the flush of the ring's ``defer()``, ``drain()`` and the
+  write-side state (``_pending_size``, ``_high``, ``_write_exc``);
 * the end: the channel's ``close()``, ``abort()``, ``wait_closed()``,
   ``_fail()`` (an error wait_closed() raises), ``_closing``, ``_closed`` and
   ``_closed_future``.
