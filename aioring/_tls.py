@@ -11,11 +11,11 @@ The layer meets the plain stream at one seam, and uses nothing else of it:
 * ciphertext in: a plain ``StreamReader`` on the channel, its
   ``_wait_for_data()``, its ``_buffer`` and its ``_waiter`` (asyncio's own
   reader state), whose bytes move to the incoming BIO in one piece; while
-  the program does not read, the channel's ``_arm()`` (its receive into that
-  buffer, ``_armed`` while out, held back while ``_paused``);
+  the program does not read, the channel's receiver's ``arm()`` (its receive
+  into that buffer, ``_armed`` while out, held back while ``_paused``);
 * ciphertext out: the channel's ``write()``, and ``_send()`` to hand a large
   write's slices to the kernel as they are encrypted (the peer decrypts one
-  while this side encrypts the next), ``_send_now()`` for the small writes
+  while this side encrypts the next), the send queue's ``_send_now()`` for the small writes
   encrypted at the flush of the ring's ``defer()``, ``drain()`` and the
   write-side state (``_pending_size``, ``_high``, ``_write_exc``);
 * the end: the channel's ``close()``, ``abort()``, ``wait_closed()``,
@@ -367,9 +367,9 @@ class TLSLayer:
         watch = self._watch = _Watch(self)
         raw._waiter = watch  # type: ignore[assignment]
         channel = self._raw
-        if not channel._armed:
+        if not channel._rx._armed:
             try:
-                channel._arm()  # (paused by the program: resume_reading() arms it)
+                channel._rx.arm()  # (paused by the program: resume_reading() arms it)
             except OSError:
                 pass  # the channel failed: the watch has its error (see _heard)
 
@@ -405,7 +405,7 @@ class TLSLayer:
         reader = self._reader
         if (reader is None or self._closing or self._reading or reader._waiter is not None
                 or reader._eof or reader._exception is not None or self._error is not None
-                or self._raw._paused):
+                or self._raw._rx._paused):
             return  # (paused by the program: nothing is decrypted, as with asyncio's)
         raw = self._raw_reader
         try:
@@ -683,7 +683,7 @@ class TLSLayer:
         (the channel's own send would wait for the next)."""
         if self._plain:
             self._seal()
-            self._raw._send_now()
+            self._raw._tx._send_now()
 
     def _seal(self) -> None:
         """Encrypt the writes that wait, in one record."""
