@@ -112,6 +112,8 @@ class StreamReader(asyncio.StreamReader):
     _waiter: asyncio.Future[None] | None
     _limit: int
     _loop: asyncio.AbstractEventLoop
+    _paused: bool
+    _transport: Any
 
     _channel: _Channel | None = None  # the transport
     _rx: _Receiver | None = None  # its receive target, which fills this reader's buffer
@@ -539,6 +541,7 @@ async def _secure(reader: StreamReader, writer: StreamWriter, context: Any, serv
     reader._tls = layer
     writer._transport = writer._queue = layer
     writer.write = layer.write  # type: ignore[method-assign]
+    writer.drain = layer.drain  # type: ignore[method-assign]
 
 
 def _client_tls(ssl: Any, host: Any, server_hostname: str | None, handshake_timeout: float | None,

@@ -9,13 +9,15 @@ bytes that have not come yet.
 The layer meets the plain stream at one seam, and uses nothing else of it:
 
 * ciphertext in: a plain ``StreamReader`` on the channel, its
-  ``_wait_for_data()`` and its ``_buffer`` (asyncio's own reader state), whose
-  bytes move to the incoming BIO in one piece;
+  ``_wait_for_data()``, its ``_buffer`` and its ``_waiter`` (asyncio's own
+  reader state), whose bytes move to the incoming BIO in one piece; while
+  the program does not read, the channel's receiver's ``arm()`` (its receive
+  into that buffer, ``_armed`` while out, held back while ``_paused``);
 * ciphertext out: the channel's ``write()``, and ``_send()`` to hand a large
   write's slices to the kernel as they are encrypted (the peer decrypts one
-  while this side encrypts the next), ``drain()`` and the write-side state
-  that ``StreamWriter.drain`` reads (``_pending_size``, ``_high``,
-  ``_write_exc``);
+  while this side encrypts the next), the send queue's ``_send_now()`` for the small writes
+  encrypted at the flush of the ring's ``defer()``, ``drain()`` and the
+  write-side state (``_pending_size``, ``_high``, ``_write_exc``);
 * the end: the channel's ``close()``, ``abort()``, ``wait_closed()``,
   ``_fail()`` (an error wait_closed() raises), ``_closing``, ``_closed`` and
   ``_closed_future``.
@@ -30,6 +32,13 @@ buffer (``SSLObject.read(n, buffer)``); smaller ones, and asyncio's read,
 readline, readuntil and readexactly, take whole records into the reader's
 buffer.  The TLS library is asked for plaintext only when it holds some: an
 ``SSLWantReadError`` costs more than decrypting a small record.
+
+While the program does not read, a receive stays out all the same, as
+asyncio's TLS transport reads all the time: what comes is decrypted into the
+reader's buffer until that holds more than twice the reader's limit (reading
+resumes once it is down to the limit, asyncio's flow control), so a peer's
+close_notify is answered at once.  A program read takes the receive that is
+out over; ``pause_reading()`` stops all of it until ``resume_reading()``.
 
 Decrypting is synchronous, so a read cancelled while it waits for
 ciphertext loses nothing: the ciphertext read either returned its bytes (they
@@ -133,6 +142,35 @@ def server_context(ssl_arg: Any, handshake_timeout: float | None, shutdown_timeo
     return ssl_arg
 
 
+class _Watch:
+    """The raw reader's waiter while the program does not read: what wakes a
+    reader's task (the receive's bytes, the end, the socket's error) calls
+    the layer back instead (see TLSLayer._listen)."""
+
+    __slots__ = ("_layer", "done_")
+
+    def __init__(self, layer: TLSLayer) -> None:
+        self.done_ = False
+        self._layer = layer
+
+    def done(self) -> bool:
+        return self.done_
+
+    def cancelled(self) -> bool:
+        return False
+
+    def set_result(self, _: Any) -> None:
+        if not self.done_:
+            self.done_ = True
+            try:
+                self._layer._loop.call_soon(self._layer._heard, self)
+            except RuntimeError:
+                pass  # (the loop is closed: its ring ends the receive, nobody is left to tell)
+
+    def set_exception(self, _: BaseException) -> None:
+        self.set_result(None)  # (the raw reader keeps it: see TLSLayer._take_in)
+
+
 class TLSLayer:
     """The TLS state of one connection, and the transport of its StreamWriter.
 
@@ -169,6 +207,13 @@ class TLSLayer:
         self._timer: asyncio.TimerHandle | None = None
         self._shutdown_task: asyncio.Task[None] | None = None
         self._reader: StreamReader | None = None  # the program's reader, once wrapped
+        # While the program does not read: the raw reader's waiter for the
+        # receive that is out (see _listen), and whether a look is due.
+        self._watch: _Watch | None = None
+        self._idle_due = False
+        # Small writes waiting for the iteration's end, to be encrypted together.
+        self._plain: list[bytes] = []
+        self._plain_size = 0
         busy = loop.create_future()
         busy.cancel()  # the reader's stand-in waiter while a read is out: nothing sets it
         self._busy = busy
@@ -196,6 +241,8 @@ class TLSLayer:
                 raise raw._exception
             self._reading = True
             try:
+                if self._watch is not None:
+                    self._drop_watch(True)  # (the idle receive's bytes are this read's)
                 await raw._wait_for_data("read")
             finally:
                 self._reading = False
@@ -253,9 +300,13 @@ class TLSLayer:
         self._raw.abort()  # the read in flight ends: handshake() raises the error
 
     def attach(self, reader: StreamReader) -> None:
-        """The program's reader takes its data from this layer from now on."""
+        """The program's reader takes its data from this layer from now on
+        (and the reader asks the layer to resume reading, as asyncio's
+        reader asks its transport)."""
         self._reader = reader
+        reader._transport = self
         self._raw._closed_future.add_done_callback(self._connection_lost)
+        self._idle()
 
     def _connection_lost(self, _: Any) -> None:
         """The socket is closed: what came stays readable, then the reader is
@@ -281,6 +332,104 @@ class TLSLayer:
             reader.set_exception(lost)
         else:
             reader.feed_eof()
+
+    # --------------------------------------------------------- idle reading
+    def _idle(self) -> None:
+        """A program's read ended: at this iteration's flush, unless a read
+        is out again by then, ciphertext is received while nobody reads."""
+        if not self._idle_due and self._watch is None and not self._closing:
+            self._idle_due = True
+            self._raw._ring.defer(self._on_idle)
+
+    def _on_idle(self) -> None:
+        self._idle_due = False
+        reader = self._reader
+        if reader is not None and reader._waiter is None:  # (else a read is out again)
+            self._take_in()  # (what the read left in the incoming BIO first)
+
+    def _listen(self) -> None:
+        """While the program does not read, as asyncio's TLS transport reads
+        all the time: what came is taken in (see _take_in), and a receive
+        is out for what comes, so that a close_notify is answered at once."""
+        self._drop_watch()
+        reader = self._reader
+        if (reader is None or self._watch is not None or self._reading or self._closing
+                or reader._waiter is not None or self._raw_eof or self._error is not None):
+            return
+        raw = self._raw_reader
+        if raw._buffer or raw._eof or raw._exception is not None:
+            self._take_in()
+            return
+        if reader._paused:
+            if len(reader._buffer) > reader._limit:
+                return  # (asyncio's reader resumes its transport at the limit: resume_reading)
+            reader._paused = False
+        watch = self._watch = _Watch(self)
+        raw._waiter = watch  # type: ignore[assignment]
+        channel = self._raw
+        if not channel._rx._armed:
+            try:
+                channel._rx.arm()  # (paused by the program: resume_reading() arms it)
+            except OSError:
+                pass  # the channel failed: the watch has its error (see _heard)
+
+    def _resume_at_limit(self, reader: StreamReader) -> None:
+        """asyncio's reader's resumption of its transport, after a read of ours."""
+        if len(reader._buffer) <= reader._limit:
+            reader._paused = False
+            self._idle()
+
+    def _heard(self, watch: _Watch) -> None:
+        """The idle receive brought ciphertext, the end, or the socket's error."""
+        if watch is self._watch:  # (else a read took it over, or _take_in saw it done)
+            self._take_in()
+
+    def _drop_watch(self, always: bool = False) -> None:
+        """Nothing waits for the idle receive any more: it is over, or
+        (`always`) a read takes it over."""
+        watch = self._watch
+        if watch is not None and (always or watch.done_):
+            self._watch = None
+            raw = self._raw_reader
+            if raw._waiter is watch:  # type: ignore[comparison-overlap]
+                raw._waiter = None
+
+    def _take_in(self) -> None:
+        """What came while the program does not read: its plaintext goes to
+        the reader's buffer, as asyncio's TLS transport feeds the reader,
+        until that holds more than twice the reader's limit (then the reader
+        resumes reading at its limit, as asyncio's pauses its transport); a
+        close_notify ends the stream and is answered; the peer's end without
+        one, or the socket's error, end it as a read would."""
+        self._drop_watch()
+        reader = self._reader
+        if (reader is None or self._closing or self._reading or reader._waiter is not None
+                or reader._eof or reader._exception is not None or self._error is not None
+                or self._raw._rx._paused):
+            return  # (paused by the program: nothing is decrypted, as with asyncio's)
+        raw = self._raw_reader
+        try:
+            if raw._buffer:
+                self._incoming.write(raw._buffer)
+                raw._buffer.clear()
+            if self._incoming.pending or (self._held and self._obj.pending()):
+                self._decrypt(reader)
+            if reader._eof or self._closing:
+                return  # (a close_notify)
+            if raw._eof or raw._exception is not None:
+                self._raw_eof = True
+                self._peer_ended(reader, False)
+                return
+        except OSError as exc:  # (ssl.SSLError among them)
+            if reader._exception is None:
+                if isinstance(exc, ssl.SSLError) and reader._buffer:
+                    self._error = exc  # (the plaintext before it is read first)
+                else:
+                    self._failed(reader, exc)
+            return
+        if len(reader._buffer) > 2 * reader._limit:
+            reader._paused = True
+        self._listen()
 
     # -------------------------------------------------------------- reading
     def _claim(self, reader: StreamReader, func_name: str) -> None:
@@ -360,27 +509,44 @@ class TLSLayer:
             raise
         finally:
             reader._waiter = None
+            self._idle()
 
     def _read_into(self, reader: StreamReader, n: int, view: memoryview) -> int:
-        """Decrypt at most n bytes into view: their number, 0 at close_notify,
-        -1 when more ciphertext is needed."""
+        """Decrypt at most n bytes into view, from as many records as the
+        incoming BIO holds: their number, 0 at close_notify, -1 when more
+        ciphertext is needed."""
         if self._error is not None:
             raise self._error
-        if not (self._incoming.pending or (self._held and self._obj.pending())):
-            return -1  # (without asking: an SSLWantReadError costs more than the decryption)
+        obj = self._obj
+        incoming = self._incoming
+        done = 0
+        ended = False
         try:
-            got: int = self._obj.read(n, view)
-            self._held = got == n
+            # (Asked only while it holds some: an SSLWantReadError costs more than the decryption.)
+            while incoming.pending or (self._held and obj.pending()):
+                got: int = obj.read(n - done, view[done:] if done else view)
+                if not got:
+                    ended = not done
+                    break
+                done += got
+                self._held = done == n  # (else the record's plaintext is all out)
+                if done == n:
+                    break
         except _WANT:
-            got = -1
+            pass
         except ssl.SSLZeroReturnError:
-            got = 0
+            ended = not done
+        except ssl.SSLError as exc:
+            if not done:
+                raise
+            self._error = exc  # the plaintext before the bad record is read first
         finally:
             if self._outgoing.pending:
                 self._flush()
-        if got == 0:
+        if ended:
             self._peer_ended(reader, True)
-        return got
+            return 0
+        return done or -1
 
     async def readinto(self, reader: StreamReader, view: memoryview) -> int:
         """StreamReader.readinto's part: buffered plaintext first; else a
@@ -400,6 +566,8 @@ class TLSLayer:
         with memoryview(buffered) as m:
             view[:k] = m[:k]
         del buffered[:k]
+        if reader._paused:
+            self._resume_at_limit(reader)
         return k
 
     async def _decrypt_into(self, reader: StreamReader, view: memoryview, n: int) -> int:
@@ -417,6 +585,7 @@ class TLSLayer:
             raise
         finally:
             reader._waiter = None
+            self._idle()
 
     async def readinto_exactly(self, reader: StreamReader, buf: bytearray | memoryview) -> int:
         """StreamReader.readinto_exactly's part (`buf`: a bytearray or a
@@ -435,6 +604,8 @@ class TLSLayer:
                 await self.wait_for_data(reader, "readinto_exactly")
             buf[:] = buffered[:n]  # same length: a bytearray is not resized
             del buffered[:n]
+            if reader._paused:
+                self._resume_at_limit(reader)
             return n
         view = memoryview(buf)
         try:
@@ -475,19 +646,58 @@ class TLSLayer:
                 raise
             finally:
                 reader._waiter = None
+                self._idle()
         if done < n:
             raise asyncio.IncompleteReadError(bytes(view[:done]), n)
         return n
 
     # -------------------------------------------------------------- writing
     def write(self, data: Any) -> None:
-        """As asyncio's TLS transport: encrypt now, send with the plain channel;
-        dropped once closing or once a send failed (drain() raises its error)."""
+        """As asyncio's TLS transport: encrypt, send with the plain channel;
+        dropped once closing or once a send failed (drain() raises its error).
+
+        Small writes of one loop iteration are encrypted together at its end
+        (or at drain() or close(), whichever comes first), in one record: a
+        frame's header and payload, written apart, cost one record's
+        encryption here and one decryption at the peer.  A buffer that is
+        not bytes is copied for that, unless nothing waits (then it is
+        encrypted at once)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data: expecting a bytes-like instance, got {type(data).__name__}")
         if not data or self._closing or self._raw._write_exc is not None:
             return
         total = data.nbytes if type(data) is memoryview else len(data)
+        plain = self._plain
+        if total + self._plain_size <= _RECORD and (plain or type(data) is bytes):
+            if not plain:
+                self._raw._ring.defer(self._seal_at_flush)
+            plain.append(data if type(data) is bytes else bytes(data))
+            self._plain_size += total
+            return
+        if plain:
+            self._seal()  # (what waits goes first)
+        self._encrypt(data, total)
+
+    def _seal_at_flush(self) -> None:
+        """The iteration's flush: seal what waits, and send it in this flush
+        (the channel's own send would wait for the next)."""
+        if self._plain:
+            self._seal()
+            self._raw._tx._send_now()
+
+    def _seal(self) -> None:
+        """Encrypt the writes that wait, in one record."""
+        plain = self._plain
+        data = plain[0] if len(plain) == 1 else b"".join(plain)
+        plain.clear()
+        self._plain_size = 0
+        if self._raw._write_exc is None:
+            try:
+                self._encrypt(data, len(data))
+            except ssl.SSLError:
+                pass  # (the reader and drain() raise it: see _failed)
+
+    def _encrypt(self, data: Any, total: int) -> None:
         sslobj = self._obj
         raw = self._raw
         try:
@@ -525,17 +735,28 @@ class TLSLayer:
         return False
 
     async def drain(self) -> None:
-        if self._closing and not self._raw._closing:
+        """The StreamWriter's drain over TLS (as StreamWriter.drain, reading
+        this layer's state without the properties below)."""
+        reader = self._reader
+        if reader is not None and reader._exception is not None:
+            raise reader._exception
+        raw = self._raw
+        if (raw._pending_size + self._plain_size <= raw._high and raw._write_exc is None
+                and not self._closing):
+            return  # the common case: the iteration's flush encrypts and sends
+        if self._plain:
+            self._seal()
+        if self._closing and not raw._closing:
             await asyncio.sleep(0)  # as asyncio's drain: let the close progress
-            if self._raw._closed:
+            if raw._closed:
                 raise ConnectionResetError("Connection lost")
             return
-        await self._raw.drain()
+        await raw.drain()
 
     # What StreamWriter.drain's fast path reads of its transport.
     @property
     def _pending_size(self) -> int:
-        return self._raw._pending_size
+        return self._raw._pending_size + self._plain_size
 
     @property
     def _high(self) -> int:
@@ -568,9 +789,10 @@ class TLSLayer:
 
     def resume_reading(self) -> None:
         self._raw.resume_reading()
+        self._idle()  # (also asyncio's reader's: its buffer is down to its limit)
 
     def get_write_buffer_size(self) -> int:
-        return self._raw.get_write_buffer_size()
+        return self._raw.get_write_buffer_size() + self._plain_size
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         return self._raw.get_write_buffer_limits()
@@ -588,6 +810,8 @@ class TLSLayer:
         if not self._wrapped:
             self._raw.abort()  # (as asyncio's: a close during the handshake aborts)
             return
+        if self._plain:
+            self._seal()
         try:
             self._sslobj.unwrap()
             self._notified = True  # (the peer's came already)
@@ -634,6 +858,8 @@ class TLSLayer:
     def abort(self) -> None:
         """Close at once, without close_notify."""
         self._closing = True
+        self._plain.clear()
+        self._plain_size = 0
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

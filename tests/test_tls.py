@@ -361,12 +361,14 @@ async def test_peer_closes_without_close_notify(certs: Certs) -> None:
 
 
 async def test_shutdown_timeout(certs: Certs) -> None:
-    """A peer that never answers close_notify: the socket is closed after
-    ssl_shutdown_timeout; wait_closed() raises TimeoutError where asyncio's does (3.11+)."""
+    """A peer that never answers close_notify (its reading paused): the socket
+    is closed after ssl_shutdown_timeout; wait_closed() raises TimeoutError
+    where asyncio's does (3.11+)."""
     done = asyncio.Event()
 
     async def handler(reader: Any, writer: Any) -> None:
-        await done.wait()  # reads nothing: never answers
+        writer.transport.pause_reading()  # takes nothing in: never answers
+        await done.wait()
         writer.close()
 
     server, port = await serve(aioring, handler, certs)
@@ -545,17 +547,13 @@ async def test_peer_reset_raises_from_drain_and_reads_not_write(certs: Certs, mo
 # The peer's close must finish well before this; a side that never answers
 # close_notify makes it end in TimeoutError (3.11+) or never (3.10).
 PEER_CLOSE = 2.0
-# aioring's TLS streams receive only while the program reads: a side that
-# does not read never sees the peer's close_notify, so never answers it.
-NOT_READING = pytest.mark.xfail(
-    strict=True, reason="an aioring TLS endpoint that is not reading does not answer close_notify")
 
 
 def _shutdown_timeout() -> dict[str, float]:
     return {"ssl_shutdown_timeout": PEER_CLOSE} if sys.version_info >= (3, 11) else {}
 
 
-@pytest.mark.parametrize("module", [pytest.param(aioring, marks=NOT_READING), asyncio],
+@pytest.mark.parametrize("module", [aioring, asyncio],
                          ids=["aioring", "asyncio"])
 async def test_close_notify_answered_while_not_reading_server(certs: Certs, module: Any) -> None:
     """A server whose handler does not read answers the client's close_notify
@@ -584,7 +582,7 @@ async def test_close_notify_answered_while_not_reading_server(certs: Certs, modu
     await server.wait_closed()
 
 
-@pytest.mark.parametrize("module", [pytest.param(aioring, marks=NOT_READING), asyncio],
+@pytest.mark.parametrize("module", [aioring, asyncio],
                          ids=["aioring", "asyncio"])
 async def test_close_notify_answered_while_not_reading_client(certs: Certs, module: Any) -> None:
     """The mirror: a client that wrote its request and does not read answers
@@ -610,5 +608,27 @@ async def test_close_notify_answered_while_not_reading_client(certs: Certs, modu
     assert await reader.read() == b"reply"
     writer.close()
     await asyncio.wait_for(writer.wait_closed(), PEER_CLOSE + 5)
+    server.close()
+    await server.wait_closed()
+
+
+@pytest.mark.parametrize("module", [aioring, asyncio], ids=["aioring", "asyncio"])
+async def test_writes_of_one_iteration_arrive_as_written(certs: Certs, module: Any) -> None:
+    """Small writes of one loop iteration (encrypted together by aioring) arrive
+    in order, and a buffer changed after write() returned changes nothing
+    sent, as with asyncio's TLS streams."""
+    server, port = await serve(aioring, echo_frames, certs)
+    reader, writer = await connect(module, port, certs)
+    payload = bytearray(b"payload!")
+    writer.write(struct.pack(">Q", 11))
+    writer.write(b"abc")
+    writer.write(payload)
+    payload[:] = b"changed!"
+    writer.writelines([struct.pack(">Q", 1), memoryview(b"z")])
+    await writer.drain()
+    expected = struct.pack(">Q", 11) + b"abcpayload!" + struct.pack(">Q", 1) + b"z"
+    assert await reader.readexactly(len(expected)) == expected
+    writer.close()
+    await writer.wait_closed()
     server.close()
     await server.wait_closed()
