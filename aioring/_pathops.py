@@ -112,8 +112,8 @@ _WALK_ERRORS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ELOOP
 
 def _opened_now(dfd: int, encoded: bytes, flags: int, path: Any) -> int:
     """The fd of an open done at once (see open), or a negative number: the
-    ring's turn, with a FIFO's read end held open when _binding.fifo_held
-    gives its fd (the caller closes it after its own open).
+    ring's turn, or a FIFO's read end opened before a writer came when
+    _binding.fifo_held gives its fd (see _fifo_reader).
     The caller yields now and then (pace): a task opening cached files
     would not yield otherwise."""
     if not _open_now[0]:
@@ -154,30 +154,37 @@ async def open_encoded(path: Path, encoded: bytes, flags: int, mode: int, dir_fd
     fallback = functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)
     held = _binding.fifo_held(fd)
     if held >= 0:
-        return await _open_fifo_reader(fallback, held)
+        return await _fifo_reader(held)
     return await _call(_binding.OP_OPENAT, fallback, _binding.prep_openat,
                        (dfd, encoded, flags, mode), filename=path)
 
 
-async def _open_fifo_reader(fallback: Callable[[], int], held: int) -> int:
-    """A FIFO's read end opened as os.open opens it, waiting for a writer,
-    in the executor: the ring's OPENAT would open it at once without one
-    (its first, non-blocking try succeeds), and reads would then see an end
-    of file.  `held`, the end open_now opened, stays open meanwhile, so that
-    a writer it let through finds a reader; it is closed after."""
-    fut = asyncio.get_running_loop().run_in_executor(None, fallback)
+async def _fifo_reader(fd: int) -> int:
+    """`fd`, a FIFO's read end that open_now opened before any writer came,
+    once a writer came: its first data, or its close, makes `fd` readable.
+    Until then a read would see an end of file, which a blocking open never
+    shows.  (A blocking open returns when the writer opens; this one when
+    the writer writes or closes.  Neither the ring's OPENAT, which opens a
+    FIFO at once without a writer, nor a blocking open in a thread, which
+    would wait on for a writer that came and went while `fd` held the FIFO
+    open, can do better.)  The fd is made blocking, as os.open's."""
+    loop = asyncio.get_running_loop()
+    came = loop.create_future()
+    loop.add_reader(fd, _set_once, came)
     try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        fut.add_done_callback(_close_opened)  # the open may still succeed
+        await came
+    except BaseException:
+        loop.remove_reader(fd)
+        os.close(fd)
         raise
-    finally:
-        os.close(held)
+    loop.remove_reader(fd)
+    os.set_blocking(fd, True)
+    return fd
 
 
-def _close_opened(fut: asyncio.Future[int]) -> None:
-    if not fut.cancelled() and fut.exception() is None:
-        os.close(fut.result())
+def _set_once(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 async def close(fd: int) -> None:

@@ -513,9 +513,9 @@ int aior_open_now(int dfd, const char *path, int flags)
     if ((flags & O_ACCMODE) == O_RDONLY) {
         /* A FIFO's read end opens at once without O_NONBLOCK only when a
            writer is there; without one, reads would see an end of file
-           that a blocking open never shows.  The caller keeps this end open
-           (so that a writer it let through never finds the FIFO without a
-           reader) while the blocking open waits. */
+           that a blocking open never shows.  The caller waits with this
+           end, still non-blocking, for a writer (and so a writer it let
+           through never finds the FIFO without a reader). */
         struct stat st;
 
         if (fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode))

@@ -127,8 +127,8 @@ int aior_stop_request(unsigned long thread, int sig, int request);
 
 /* An open that never waits (openat2 with RESOLVE_CACHED): the fd, or -EAGAIN
    when it could wait, or -errno; or, for a FIFO's read end that a blocking
-   open would wait on, -(AIOR_FIFO_HELD + fd): that fd (non-blocking) is open
-   and the caller closes it once its own blocking open is done. */
+   open would wait on, -(AIOR_FIFO_HELD + fd): that fd, still non-blocking,
+   for the caller to wait with until a writer came. */
 int aior_open_now(int dfd, const char *path, int flags);
 /* Exactly n bytes at pos into out from the page cache, where the file ends:
    0, or -EAGAIN (the ring's turn), or -errno. */
