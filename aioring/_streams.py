@@ -60,7 +60,6 @@ _DEFAULT_LIMIT = 2**16  # asyncio's
 # copy from there; larger ones go straight into the caller's buffer.
 _READ_AHEAD = 16 * 1024
 _CHARS = ffi.typeof("char[]")
-_from_buffer = ffi.from_buffer
 _alloc = ffi.new_allocator(should_clear_after_alloc=False)
 _WAITALL = lib.MSG_WAITALL
 _POLLIN = 1
