@@ -223,6 +223,31 @@ class Ring(RingBase):
         op.future = loop.create_future()
         return op
 
+    def _link(self, loop: asyncio.AbstractEventLoop, ops: list[Op]) -> bool:
+        """The chain's SQEs, consecutive in the SQ and each but the last
+        flagged IOSQE_IO_LINK, leave with this iteration's flush."""
+        core = self._core
+        n = len(ops)
+        if self._waiting or len(self._ops) - core.unbounded + n > self._limit:
+            return False
+        if self._lacking and any(opcode_of(op) in self._lacking for op in ops):
+            return False  # (an emulated step would not wait for the one before)
+        if lib.aior_sq_space(self._ring) < n:
+            return False
+        for op in ops:
+            op.future = loop.create_future()
+            # An ECANCELED is the chain ending before this step, not a
+            # worker the kernel could not start: never tried again alone.
+            op.cancelled = True
+        last = ops[-1]
+        for op in ops:
+            if not core.start(op, _AWAITED):
+                raise AssertionError("the SQ had room for the chain")
+            if op is not last:
+                lib.aior_flag_last(self._ring, lib.IOSQE_IO_LINK)
+        self._schedule_flush(loop)
+        return True
+
     def _submit_eagerly(self, loop: asyncio.AbstractEventLoop, op: Op) -> None:
         try:
             self._submit()

@@ -233,6 +233,31 @@ class RingBase(abc.ABC):
             op.unbounded = True
         return self._launch(loop, op)
 
+    def start_chain(self, loop: asyncio.AbstractEventLoop,
+                    steps: list[tuple[Callable[..., int], tuple[Any, ...]]]) -> list[Op] | None:
+        """Start `steps`, each a prep function and its args as for start()
+        (args holding no buffer), as one chain: each step begins only once
+        the one before it completed in full (io_uring's IOSQE_IO_LINK: an
+        error or a short transfer ends the chain, and the steps after it fail
+        with ECANCELED).  Returns the ops, every one with a future, in order.
+
+        None when the chain cannot start now as one (the in-flight bound or
+        the SQ has no room for all of it, or this backend does not link
+        requests): nothing was started, and the caller starts the steps one
+        at a time instead.  Raises RuntimeError when the ring is closed, and
+        the task's owed cancellation (see _redelivery)."""
+        if self._closed:
+            raise RuntimeError("this io_uring is closed")
+        if owed:
+            deliver_owed()
+        ops = [Op(None, prep, args, None, None, 0) for prep, args in steps]
+        return ops if ops and self._link(loop, ops) else None
+
+    def _link(self, loop: asyncio.AbstractEventLoop, ops: list[Op]) -> bool:
+        """Start `ops` as one chain (see start_chain) if there is room for
+        all of them now; False, touching nothing, if not."""
+        return False
+
     @abc.abstractmethod
     def restart(self, loop: asyncio.AbstractEventLoop, op: Op) -> None:
         """Start an unbounded op with a sink (see Op): a stream's receive or

@@ -9,10 +9,18 @@
 * **File data moved by the kernel.**  A large file goes from the source to
   a pipe and from the pipe to the destination by IORING_OP_SPLICE, the pages
   never passing through Python.  Two lanes (a pipe each) take the file's
-  chunks in turn: one fills its pipe from the source while the other's is
-  emptied into the destination, one such write at a time (two writers of
-  one file spin on its inode lock: measured, twice the CPU time for 1 GiB,
-  the same as shutil.copyfile's with one).  A small file is read at once from the page
+  ranges in turn.  A lane hands the kernel a whole range as one chain of
+  linked splices (in, out, in, out, ...: Ring.start_chain), so that the
+  kernel's worker moves SPLICE_CHAIN chunks without waiting for the loop
+  between them; the loop sees one round trip per range instead of two per
+  chunk (measured on 1 GiB: 1.6x the speed of a splice at a time, the same
+  CPU time).  The writes of both lanes go to the destination's inode, which
+  io-wq serialises (two writers of one file would spin on its inode lock).
+  A short splice ends the chain: whatever it left in the pipe is written
+  out, and the lane goes on a splice at a time to the end of its range (the
+  end of the file, or a chunk off the page boundary).  Where no chain can
+  start (the threads backend, a full ring) a lane splices a chunk at a time,
+  one lane writing at a time.  A small file is read at once from the page
   cache (aioring.readinto) and written at its offset through the ring.
 * **Nothing is let go while the kernel holds it.**  Whatever fails or is
   cancelled, every op that was started is waited for before the caller goes
@@ -35,7 +43,7 @@ from .. import _binding, _ops
 from .._ops import result
 from .._pathops import _FS_ENCODING, _FS_ERRORS
 from .._loops import get_ring
-from .._ringbase import Op
+from .._ringbase import Op, RingBase, os_error
 
 __all__ = ["Batch", "copy_data", "finished", "settle", "together"]
 
@@ -47,6 +55,13 @@ SPLICE_MIN = 1 << 20
 # and how many splice lanes (pipes) move one file.
 SPLICE_CHUNK = 1 << 20
 SPLICE_LANES = 2
+# Chunks a lane hands the kernel as one chain of linked splices (in, out,
+# in, ...); 0: a splice at a time.  (Measured on 1 GiB, side by side: 8 and
+# 32 alike, and two lanes faster than one.)
+SPLICE_CHAIN = 32
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_PREP_SPLICE = _binding.prep_splice
+_SPLICE_F_MOVE = _binding.SPLICE_F_MOVE
 # The read/write copy's buffer at most.
 RW_CHUNK = 1 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
@@ -209,9 +224,40 @@ async def _read_write(src_fd: int, offset: int, dst_fd: int, shift: int, size: i
 async def _splice(fd_in: int, off_in: int, fd_out: int, off_out: int, nbytes: int) -> int:
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
-    op = ring.start(loop, _binding.prep_splice,
-                    (fd_in, off_in, fd_out, off_out, nbytes, _binding.SPLICE_F_MOVE, 0), None, None)
+    args = (fd_in, off_in, fd_out, off_out, nbytes, _SPLICE_F_MOVE, 0)
+    op = ring.start(loop, _PREP_SPLICE, args, None, None)
     return await result(ring, op)
+
+
+def _outcome(op: Op) -> int:
+    """A done op's result, or -errno (a cancelled future: -ECANCELED)."""
+    fut = op.future
+    assert fut is not None and fut.done()
+    if fut.cancelled():
+        return -errno.ECANCELED
+    exc = fut.exception()
+    if exc is None:
+        res: int = fut.result()
+        return res
+    if isinstance(exc, OSError) and exc.errno:
+        return -exc.errno
+    raise exc
+
+
+async def _chain(ring: RingBase, ops: list[Op]) -> list[int]:
+    """Wait for the chain `ops` (Ring.start_chain): each one's result or
+    -errno.  Cancelled, it stops the kernel's steps and waits until the
+    kernel let go of every one before the cancellation goes on."""
+    try:
+        await finished(ops[-1].future)  # (the last step's CQE comes last)
+    except asyncio.CancelledError:
+        for op in ops:
+            if op.future is not None and not op.future.done():
+                ring.cancel(op)
+        await settle(ops)
+        raise
+    await settle(ops)
+    return [_outcome(op) for op in ops]
 
 
 async def _splice_file(src_fd: int, offset: int, dst_fd: int, shift: int) -> int:
@@ -224,27 +270,96 @@ async def _splice_file(src_fd: int, offset: int, dst_fd: int, shift: int) -> int
     return min(ends) - offset
 
 
+class _Lane:
+    """One pipe and what a lane moves through it: chunks of the source from
+    `taken[0]` on (shared with the other lanes) into the destination,
+    `shift` bytes further on."""
+
+    def __init__(self, src_fd: int, dst_fd: int, shift: int, taken: list[int], writing: asyncio.Lock,
+                 rfd: int, wfd: int, chunk: int) -> None:
+        self.src_fd, self.dst_fd, self.shift = src_fd, dst_fd, shift
+        self.taken, self.writing = taken, writing
+        self.rfd, self.wfd, self.chunk = rfd, wfd, chunk
+        self.loop = asyncio.get_running_loop()
+        self.ring = get_ring(self.loop)
+
+    async def run(self) -> int:
+        """Chunks until one meets the end of the file: where it met it."""
+        while True:
+            pos = self.taken[0]
+            ops = self.ring.start_chain(self.loop, self.steps(pos)) if SPLICE_CHAIN else None
+            if ops is None:  # (no room for a chain now, or a backend without)
+                self.taken[0] = end = pos + self.chunk
+            else:
+                self.taken[0] = end = pos + SPLICE_CHAIN * self.chunk
+                pos = await self.chained(pos, await _chain(self.ring, ops))
+            if pos < end:
+                pos = await self.stepwise(pos, end)
+                if pos < end:
+                    return pos
+
+    def steps(self, pos: int) -> list[tuple[Any, tuple[Any, ...]]]:
+        """A chain's steps: each chunk from the source into the pipe, then
+        from the pipe to its place in the destination."""
+        steps = []
+        chunk = self.chunk
+        src_fd, dst_fd, rfd, wfd = self.src_fd, self.dst_fd, self.rfd, self.wfd
+        for at in range(pos, pos + SPLICE_CHAIN * chunk, chunk):
+            steps.append((_PREP_SPLICE, (src_fd, at, wfd, -1, chunk, _SPLICE_F_MOVE, 0)))
+            steps.append((_PREP_SPLICE, (rfd, -1, dst_fd, at + self.shift, chunk, _SPLICE_F_MOVE, 0)))
+        return steps
+
+    async def chained(self, pos: int, results: list[int]) -> int:
+        """Where a chain from `pos` stopped, whatever it left in the pipe
+        written out first: the end of its range when every step was whole.
+        Raises the first step's error (an ECANCELED is a step the chain did
+        not reach)."""
+        chunk = self.chunk
+        for i in range(0, len(results), 2):
+            got, put = results[i], results[i + 1]
+            for res in (got, put):
+                if res < 0 and res != -errno.ECANCELED:
+                    raise os_error(res)
+            if got == put == chunk:
+                pos += chunk
+                continue
+            got, put = max(got, 0), max(put, 0)
+            await self.empty(pos + put, got - put)
+            return pos + got
+        return pos
+
+    async def empty(self, pos: int, left: int) -> None:
+        """The `left` bytes in the pipe to the destination, the source's
+        `pos` on."""
+        async with self.writing:
+            while left:
+                moved = await _splice(self.rfd, -1, self.dst_fd, pos + self.shift, left)
+                left -= moved
+                pos += moved
+
+    async def stepwise(self, pos: int, end: int) -> int:
+        """Splice `pos` to `end` a step at a time: where the file ended, or `end`."""
+        while pos < end:
+            got = await _splice(self.src_fd, pos, self.wfd, -1, min(end - pos, self.chunk))
+            if not got:
+                return pos  # the end of the file
+            await self.empty(pos, got)
+            pos += got
+        return pos
+
+
 async def _lane(src_fd: int, dst_fd: int, shift: int, taken: list[int], writing: asyncio.Lock) -> int:
     """Splice chunks until one meets the end of the file: where it met it.
-    A lane empties its pipe into the destination holding `writing`."""
+    A lane writes into the destination step by step holding `writing`."""
     rfd, wfd = os.pipe2(os.O_CLOEXEC)
     try:
         try:
             chunk = min(fcntl.fcntl(wfd, _F_SETPIPE_SZ, SPLICE_CHUNK), SPLICE_CHUNK)
         except OSError:
             chunk = 1 << 16  # a pipe's default size
-        while True:
-            pos = taken[0]
-            end = taken[0] = pos + chunk
-            while pos < end:
-                got = await _splice(src_fd, pos, wfd, -1, end - pos)
-                if not got:
-                    return pos  # the end of the file
-                async with writing:
-                    while got:
-                        moved = await _splice(rfd, -1, dst_fd, pos + shift, got)
-                        got -= moved
-                        pos += moved
+        if taken[0] % _PAGE and chunk > _PAGE:
+            chunk -= _PAGE  # (a chunk off the page boundary spans a page more of the pipe)
+        return await _Lane(src_fd, dst_fd, shift, taken, writing, rfd, wfd, chunk).run()
     finally:
         os.close(rfd)
         os.close(wfd)

@@ -1,0 +1,93 @@
+"""Linked steps on the ring (RingBase.start_chain) and the chained splices
+aioring.shutil copies large files with, compared with the bytes os reads."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+
+import pytest
+
+import aioring.shutil as ashutil
+from aioring import _binding
+from aioring._loops import get_ring
+from aioring.shutil import _kernel
+
+MOVE = _binding.SPLICE_F_MOVE
+
+
+def _splice(fd_in: int, off_in: int, fd_out: int, off_out: int, n: int) -> tuple[object, tuple[int, ...]]:
+    return _binding.prep_splice, (fd_in, off_in, fd_out, off_out, n, MOVE, 0)
+
+
+def _outcome(fut: asyncio.Future[int]) -> int:
+    exc = fut.exception()
+    return -exc.errno if isinstance(exc, OSError) and exc.errno else fut.result()
+
+
+async def test_chain_runs_its_steps_in_order_and_a_short_one_ends_it(
+        disk_dir: str, aioring_backend: str) -> None:
+    src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
+    data = os.urandom(3 * 4096 + 5)
+    with open(src, "wb") as f:
+        f.write(data)
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
+    src_fd = os.open(src, os.O_RDONLY)
+    dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o600)
+    rfd, wfd = os.pipe2(os.O_CLOEXEC)
+    try:
+        # Each splice out of the pipe can only take what the splice before it put in.
+        steps = []
+        for at in range(0, len(data), 4096):
+            steps += [_splice(src_fd, at, wfd, -1, 4096), _splice(rfd, -1, dst_fd, at, 4096)]
+        ops = ring.start_chain(loop, steps)  # type: ignore[arg-type]
+        if aioring_backend == "threads":
+            assert ops is None  # (the steps are made one at a time instead)
+            return
+        assert ops is not None and all(op.future is not None for op in ops)
+        await _kernel.settle(ops)
+        results = [_outcome(op.future) for op in ops]  # type: ignore[arg-type]
+        # The last chunk is short (5 bytes): the splice out after it never ran.
+        assert results == [4096] * 6 + [5, -errno.ECANCELED]
+        with open(dst, "rb") as f:
+            assert f.read() == data[:3 * 4096]
+        assert os.read(rfd, 100) == data[3 * 4096:]
+        # A step at the end of the file moves nothing: the steps after it
+        # fail, never run on their own (the pipe holds a byte they would take).
+        os.write(wfd, b"x")
+        ops = ring.start_chain(loop, [_splice(src_fd, len(data), wfd, -1, 4096),  # type: ignore[list-item]
+                                      _splice(rfd, -1, dst_fd, 0, 1)])
+        assert ops is not None
+        await _kernel.settle(ops)
+        assert [_outcome(op.future) for op in ops] == [0, -errno.ECANCELED]  # type: ignore[arg-type]
+        assert os.read(rfd, 100) == b"x"
+    finally:
+        for fd in (src_fd, dst_fd, rfd, wfd):
+            os.close(fd)
+
+
+@pytest.mark.parametrize("chain", [0, 3])
+async def test_chained_copy_from_any_offset_matches_the_source(
+        disk_dir: str, chain: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chains of 3 chunks, some of them broken by a start off the page
+    boundary and by the end of the file; or a splice at a time."""
+    monkeypatch.setattr(_kernel, "SPLICE_CHAIN", chain)
+    src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
+    data = os.urandom(7 * _kernel.SPLICE_CHUNK + 1234)
+    with open(src, "wb") as f:
+        f.write(data)
+    src_fd = os.open(src, os.O_RDONLY)
+    dst_fd = os.open(dst, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        assert await _kernel.copy_data(src_fd, dst_fd, len(data) - 1000, 1000, 7) == len(data) - 1000
+        assert await _kernel.copy_data(src_fd, dst_fd, len(data), 0, len(data)) == len(data)
+    finally:
+        os.close(src_fd)
+        os.close(dst_fd)
+    with open(dst, "rb") as f:
+        assert f.read() == b"\0" * 7 + data[1000:] + b"\0" * 993 + data
+    assert await ashutil.copyfile(src, dst) == dst
+    with open(dst, "rb") as f:
+        assert f.read() == data
