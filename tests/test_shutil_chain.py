@@ -75,7 +75,7 @@ async def test_chained_copy_from_any_offset_matches_the_source(
     boundary and by the end of the file; or a splice at a time."""
     monkeypatch.setattr(_kernel, "SPLICE_CHAIN", chain)
     src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
-    data = os.urandom(7 * _kernel.SPLICE_CHUNK + 1234)
+    data = os.urandom(7 * _kernel.SPLICE_CHUNK + 1234)  # (CHAIN_CHUNK is smaller)
     with open(src, "wb") as f:
         f.write(data)
     src_fd = os.open(src, os.O_RDONLY)
