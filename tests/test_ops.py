@@ -380,8 +380,8 @@ async def test_a_file_read_at_its_position_partly_cached_returns_all_of_it(disk_
         res = rw_now(*args)
         answers.append(res)
         return res
-    rw_now = _ops._RW_NOW
-    monkeypatch.setattr(_ops, "_RW_NOW", spy)
+    rw_now = _ops._rw_now
+    monkeypatch.setattr(_ops, "_rw_now", spy)
     path = os.path.join(disk_dir, "half")
     content = os.urandom(1024 * 1024)
     with open(path, "wb") as f:
@@ -412,7 +412,7 @@ async def test_a_file_read_at_its_position_partly_cached_returns_all_of_it(disk_
     finally:
         os.close(fd)
         os.close(twin)
-    if not any(res >= _ops._PARTIAL for res in answers):
+    if not any(res > 0 for res in answers):  # (a count done so far: the ring did the rest)
         pytest.skip("this file system kept the pages: no read was only partly cached")
 
 
