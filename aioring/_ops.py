@@ -522,19 +522,14 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
         _redelivery.deliver_owed()
     out: bytes | bytearray | None = None
     target: Any
+    ring = None
     if offset >= 0 and size < UNZEROED_MIN and fd in _plain:
         # The hottest path: a page-cache hit read at once into the thread's
         # scratch buffer and copied out, written out here.
         target = _scratch_of.buf
         if len(target) != size:
             target = _scratch(size)
-        try:
-            got = _preadv(fd, (target,), offset, _RWF_NOWAIT)
-        except BlockingIOError:
-            cache_missed(fd)
-            got = -1
-        except OSError:
-            got = -1  # (the ring's read reports a real error as the kernel's)
+        got = read_now(fd, target, size, offset)
         if got == size:
             data = bytes(target)
             if _unyielded[0] < YIELD_EVERY - 1:  # (pace() written out, while no yield is due)
@@ -544,6 +539,8 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
             return data
         got = _rest_now(fd, target, size, offset, got)
     else:
+        loop = _get_running_loop()
+        ring = ring_of(loop)  # (first: a refused io_uring raises, even where the try would do)
         state = _fd_cache.get(fd)
         if state is None:
             state = _flags_looked_up(fd)
@@ -563,8 +560,9 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
         if pace():
             await _yield_keeping()
         return data
-    loop = _get_running_loop()
-    ring = ring_of(loop)
+    if ring is None:
+        loop = _get_running_loop()
+        ring = ring_of(loop)
     if out is None:
         if got:  # (the start from the page cache, the rest through the ring)
             out = bytearray(size)
