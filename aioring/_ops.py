@@ -606,41 +606,40 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     below -1 (as os.preadv), OSError from the kernel.  At an offset, the
     page cache's bytes come at once, without a trip through the loop.
     """
-    if type(fd) is not int or not _INT_MIN <= fd <= _INT_MAX:
-        fd = check_fd(fd)
-    if type(offset) is not int or not -1 <= offset <= _OFF_MAX:
-        offset = check_offset(offset)
-    if _redelivery.owed:
-        _redelivery.deliver_owed()  # a cancellation this task owes comes first, as in Ring.start
-    if offset >= 0:
+    if (type(fd) is int and type(offset) is int and 0 <= offset <= _OFF_MAX and fd in _plain
+            and not _redelivery.owed):
+        # The hottest path: a page-cache hit read at once, written out here
+        # (an fd in _plain is one whose reads were tried before).
         kind = type(buffer)
         if kind is bytearray:
-            direct, n = True, len(buffer)
+            n = len(buffer)
         elif kind is memoryview:
             try:
-                direct, n = not buffer.readonly and buffer.c_contiguous, buffer.nbytes
+                n = buffer.nbytes if not buffer.readonly and buffer.c_contiguous else -1
             except ValueError:  # released: the general path raises FileIO's TypeError
-                direct, n = False, 0
+                n = -1
         else:
-            direct, n = False, 0
-        if direct:
-            # The hottest path: a page-cache hit read at once, written out here.
-            if fd not in _plain:
-                got = _read_now_learning(fd, buffer, offset)
-            else:
-                try:
-                    got = _preadv(fd, (buffer,), offset, _RWF_NOWAIT)
-                except BlockingIOError:
-                    cache_missed(fd)
-                    got = -1
-                except OSError:
-                    got = -1  # (the ring's read reports a real error as the kernel's)
+            n = -1
+        if n >= 0:
+            try:
+                got = _preadv(fd, (buffer,), offset, _RWF_NOWAIT)
+            except BlockingIOError:
+                cache_missed(fd)
+                got = -1
+            except OSError:
+                got = -1  # (the ring's read reports a real error as the kernel's)
             if got in (n, 0):
                 if _unyielded[0] < YIELD_EVERY - 1:  # (pace() written out, while no yield is due)
                     _unyielded[0] += 1
                 elif pace():
                     await _yield_keeping()
                 return got
+    if type(fd) is not int or not _INT_MIN <= fd <= _INT_MAX:
+        fd = check_fd(fd)
+    if type(offset) is not int or not -1 <= offset <= _OFF_MAX:
+        offset = check_offset(offset)
+    if _redelivery.owed:
+        _redelivery.deliver_owed()  # a cancellation this task owes comes first, as in Ring.start
     loop = _get_running_loop()
     ring = ring_of(loop)
     n = writable_size(buffer)
