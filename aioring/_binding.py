@@ -166,3 +166,167 @@ def statx_fields(buf: Any) -> list[int]:
     fields = ffi.new(_I64_16)
     lib.aior_statx_fields(buf, fields)
     return ffi.unpack(fields, 16)
+
+
+# ---- what the operations of files and sockets need built in C memory --------
+# (L2's _ops, _net and _file: reads and writes of one buffer go to the core,
+# which pins the caller's buffer itself; these are the rest.)
+_CHARS = ffi.typeof("char[]")
+_UNSIGNED_2 = ffi.typeof("unsigned[2]")
+_SOCKLEN = ffi.typeof("socklen_t *")
+_IOVECS = ffi.typeof("struct iovec[]")
+_MSGHDR = ffi.typeof("struct msghdr *")
+_SOCKADDR = ffi.typeof("struct sockaddr *")
+_alloc = ffi.new_allocator(should_clear_after_alloc=False)
+SOCKADDR_SIZE: int = lib.aior_sockaddr_storage_size()
+_MSGHDR_SIZE: int = lib.aior_msghdr_size()
+
+
+def dio_align(fd: int) -> tuple[int, int] | None:
+    """O_DIRECT's alignment on fd as the kernel reports it (statx's
+    STATX_DIOALIGN): (buffer address, offset and length), or None where it
+    does not say."""
+    out = ffi.new(_UNSIGNED_2)
+    if lib.aior_dio_align(fd, out, out + 1) != 0:
+        return None
+    return out[0], out[1]
+
+
+def buffer_address(buffer: Any) -> int:
+    """The address of `buffer`'s memory (for an error message)."""
+    export = ffi.from_buffer(_CHARS, buffer, False)
+    try:
+        return int(ffi.cast("uintptr_t", export))
+    finally:
+        ffi.release(export)
+
+
+class Filling:
+    """A writable memoryview of a new bytes object that its caller fills, as
+    os.read fills the one it returns, before anything else sees it (bytes
+    are immutable only once shared): ``with Filling(out) as view``; the view
+    and the export under it are released on leaving."""
+
+    __slots__ = ("_export", "_view")
+
+    def __init__(self, out: bytes) -> None:
+        self._export = ffi.from_buffer(_CHARS, out, False)
+        self._view = memoryview(ffi.buffer(self._export))
+
+    def __enter__(self) -> memoryview:
+        return self._view
+
+    def __exit__(self, *exc: object) -> None:
+        self._view.release()
+        ffi.release(self._export)
+
+
+def read_whole_now(fd: int, out: bytes, pos: int) -> int:
+    """Fill `out` (a new bytes object, as Filling) with fd's bytes at pos from
+    the page cache when they are all cached and the file ends there exactly:
+    0, or -EAGAIN when not (the ring's turn), or -errno."""
+    export = ffi.from_buffer(_CHARS, out, False)
+    try:
+        res: int = lib.aior_read_whole_now(fd, export, len(out), pos)
+        return res
+    finally:
+        ffi.release(export)
+
+
+class Exports:
+    """Exports of Python buffers (ffi.from_buffer) that a binding request
+    names, held in its `keep` until the CQE.  release() lets them go, so that
+    a bytearray can be resized again at once."""
+
+    __slots__ = ("_exports",)
+
+    def __init__(self) -> None:
+        self._exports: list[Any] = []
+
+    def export(self, buffer: Any, writable: bool) -> Any:
+        c = ffi.from_buffer(_CHARS, buffer, writable)
+        self._exports.append(c)
+        return c
+
+    def release(self) -> None:
+        exports, self._exports = self._exports, []
+        for c in exports:
+            ffi.release(c)
+
+
+class MsgRequest(Exports):
+    """A SENDMSG or RECVMSG (prep_msg) of `nbytes` of one buffer, with an
+    address: `name` (a sockaddr as bytes) for a send, room for the sender's
+    for a receive.  `args` and `keep` go to Ring.start; release() once the
+    CQE came (not if the kernel still holds it)."""
+
+    __slots__ = ("_msg", "_name", "args", "keep")
+
+    def __init__(self, opcode: int, fd: int, buffer: Any, nbytes: int, name: bytes | None,
+                 flags: int) -> None:
+        super().__init__()
+        receive = opcode == OP_RECVMSG
+        data = self.export(buffer, receive)
+        iov = ffi.new(_IOVECS, 1)
+        iov[0].iov_base = data
+        iov[0].iov_len = nbytes
+        self._msg = _alloc(_CHARS, _MSGHDR_SIZE)
+        if receive:
+            cname, size = _alloc(_CHARS, SOCKADDR_SIZE), SOCKADDR_SIZE
+        else:
+            assert name is not None
+            cname, size = self.export(name, False), len(name)
+        self._name = cname
+        self.args = (opcode, fd, ffi.cast(_MSGHDR, self._msg), iov, 1, cname, size, flags)
+        self.keep = (self, iov)
+
+    def address(self) -> bytes:
+        """The sockaddr a RECVMSG's CQE left (as the kernel wrote it)."""
+        return ffi.buffer(self._name, lib.aior_msg_namelen(ffi.cast(_MSGHDR, self._msg)))[:]
+
+
+class AcceptRequest:
+    """An ACCEPT (prep_accept) of a close-on-exec socket, with room for the
+    peer's address; `args` and `keep` go to Ring.start."""
+
+    __slots__ = ("_name", "_namelen", "args", "keep")
+
+    def __init__(self, fd: int) -> None:
+        self._name = _alloc(_CHARS, SOCKADDR_SIZE)
+        self._namelen = ffi.new(_SOCKLEN, SOCKADDR_SIZE)
+        self.args = (fd, ffi.cast(_SOCKADDR, self._name), self._namelen, SOCK_CLOEXEC)
+        self.keep = (self._name, self._namelen)
+
+    def address(self) -> bytes:
+        """The peer's sockaddr, once the CQE came."""
+        return ffi.buffer(self._name, self._namelen[0])[:]
+
+
+class ConnectRequest(Exports):
+    """A CONNECT (prep_connect) to `name`, a sockaddr as bytes; `args` and
+    `keep` go to Ring.start."""
+
+    __slots__ = ("args", "keep")
+
+    def __init__(self, fd: int, name: bytes) -> None:
+        super().__init__()
+        cname = self.export(name, False)
+        self.args = (fd, ffi.cast(_SOCKADDR, cname), len(name))
+        self.keep = (self,)
+
+
+class VectorRead(Exports):
+    """A READV (prep_rw) of fd at `offset` into the given writable buffers in
+    turn (a bytes object its caller fills, as pread_now, is taken too);
+    `args` and `keep` go to Ring.start; release() once the CQE came."""
+
+    __slots__ = ("args", "keep")
+
+    def __init__(self, fd: int, buffers: tuple[Any, ...], offset: int) -> None:
+        super().__init__()
+        iov = ffi.new(_IOVECS, len(buffers))
+        for i, buffer in enumerate(buffers):
+            iov[i].iov_base = self.export(buffer, False)
+            iov[i].iov_len = len(buffer)
+        self.args = (OP_READV, fd, iov, len(buffers), offset, 0)
+        self.keep = (self, iov)

@@ -37,9 +37,9 @@ import os
 import sys
 from typing import Any
 
-from . import _ops, _pathops
+from . import _binding, _ops, _pathops
+from ._binding import Filling, VectorRead
 from ._ops import YIELD_EVERY, _unyielded, pace  # noqa: F401 (the tests read and set them here)
-from ._liburing import ffi, lib
 from ._loops import get_ring
 from ._rawfile import CLOSE, TRUNCATE, WRITE, RawFile, find_line_end
 from ._ringbase import _DONE as _OP_DONE
@@ -50,15 +50,10 @@ __all__ = ["DIRECT_READ", "INF", "REST_MAX", "REST_MIN", "RingFileIO", "read_dir
 INF = 1 << 62
 _MIN_FILL = 128 * 1024  # a sequential fill reads at least this much ahead
 DIRECT_READ = 64 * 1024  # binary reads this large skip the window
-_READ_OP = lib.IORING_OP_READ
-_READV_OP = lib.IORING_OP_READV
 _REST_SPARE = 4096  # read(-1) reads this much past the size it knows: the end shows
 REST_MIN = 4096  # (bytes of length 0 and 1 are shared objects: never filled)
 REST_MAX = _ops.MAX_RW - _REST_SPARE
-_CHARS = ffi.typeof("char[]")
-_from_buffer = ffi.from_buffer
-_PREP_RW = lib.aior_prep_rw
-_read_whole_now = lib.aior_read_whole_now
+_read_whole_now = _binding.read_whole_now
 
 
 class RingFileIO(RawFile):
@@ -181,7 +176,7 @@ class RingFileIO(RawFile):
         got = keep
         self._stamp_window()  # first: a change during the read shows next time
         while True:
-            got += await _read_into(self._fd, new, got, len(new) - got, start + got)
+            got += await _read_into(self._fd, new, got, len(new) - got, start + got, self.size)
             eof = got < len(new)
             if eof or end < INF:
                 break
@@ -273,43 +268,57 @@ class RingFileIO(RawFile):
             raise error
 
 
-async def _read_into(fd: int, buf: bytes | bytearray, at: int, n: int, offset: int) -> int:
+async def _read_into(fd: int, buf: bytes | bytearray, at: int, n: int, offset: int, size: int = -1) -> int:
     """Read up to `n` bytes of `fd` at `offset` into buf[at:at + n] through
     the ring, again after a partial read, until `n` or a short read (a regular
-    file reads short only at its end).  Returns how many arrived."""
+    file reads short only at its end).  Returns how many arrived.  `buf` is a
+    bytearray, or a new bytes object that its caller fills (see Filling).
+    `size`, the file's size as the caller knows it: a read from the page
+    cache that stops there stopped at the end of the file (no second try)."""
     if pace():
         await asyncio.sleep(0)  # (a task reading from the page cache would not yield otherwise)
-    cbuf = _from_buffer(_CHARS, buf, False)
-    got = 0
-    # From the page cache, at once (again after a short read: the end of the
-    # file, or only part of it was cached); the rest through the ring.
-    for _ in range(2):
-        k = _ops.read_now(fd, ffi.buffer(cbuf + at + got, n - got), n - got, offset + got)
-        if k > 0:
-            got += k
-        if k == 0 or got == n:
-            ffi.release(cbuf)
-            return got
-        if k < 0:
-            break
+    got, done = _read_now_into(fd, buf, at, n, offset, size)
+    if done:
+        return got
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
-    op = None
-    try:
-        while got < n:
-            asked = min(n - got, _ops.MAX_RW)
-            # The op holds the export (a tuple: the ring drops it, never
-            # releases it) until its CQE, also if this coroutine is closed.
-            prep, args, cold = _ops.read_request(fd, cbuf + at + got, asked, offset + got)
-            op = ring.start(loop, prep, args, (cbuf,), None, 0)
-            k = int(await _ops.read_result(ring, op, cold))
-            got += k
-            if k < asked:
-                break
-    finally:
-        if op is None or op.state == _OP_DONE:
-            ffi.release(cbuf)
+    while got < n:
+        asked = min(n - got, _ops.MAX_RW)
+        # The op pins buf until its CQE, also if this coroutine is closed.
+        args, cold = _ops.read_request(fd, at + got, asked, offset + got)
+        op = ring.start(loop, None, args, buf, None, 0)
+        k = int(await _ops.read_result(ring, op, cold))
+        got += k
+        if k < asked:
+            break
     return got
+
+
+def _read_now_into(fd: int, buf: bytes | bytearray, at: int, n: int, offset: int,
+                   size: int) -> tuple[int, bool]:
+    """_read_into's part from the page cache, at once (again after a short
+    read: the end of the file, or only part of it was cached): how much of
+    buf[at:at + n] it filled, and whether that is all of it."""
+    got = 0
+    tries = 2
+    if at == 0 and n == len(buf) and type(buf) is bytearray:  # (a window's fill: no view needed)
+        got = _ops.read_now(fd, buf, n, offset)
+        if got in (0, n) or (got > 0 and offset + got == size):
+            return got, True
+        if got < 0:
+            return 0, False
+        tries = 1
+    with Filling(buf) if type(buf) is bytes else memoryview(buf) as view:
+        for _ in range(tries):
+            with view[at + got:at + n] as part:
+                k = _ops.read_now(fd, part, n - got, offset + got)
+            if k > 0:
+                got += k
+            if k == 0 or got == n:
+                return got, True
+            if k < 0:
+                break
+    return got, False
 
 
 async def read_direct(raw: RingFileIO, n: int) -> bytes:
@@ -331,10 +340,7 @@ def read_rest_now(raw: RingFileIO, n: int) -> bytes | None:
     bytes object that the kernel fills, as os.read fills the one it returns,
     when the file is all cached and ends there; else None (read_rest's turn)."""
     out = _ops.new_bytes(n)
-    c_out = _from_buffer(_CHARS, out, False)
-    missed = _read_whole_now(raw._fd, c_out, n, raw.pos)
-    ffi.release(c_out)
-    return None if missed else out
+    return None if _read_whole_now(raw._fd, out, raw.pos) else out
 
 
 async def read_rest(raw: RingFileIO, n: int) -> tuple[bytes, bool]:
@@ -344,28 +350,19 @@ async def read_rest(raw: RingFileIO, n: int) -> tuple[bytes, bool]:
     reach end of file).  No copy follows the kernel's unless the file changed
     size meanwhile."""
     out = _ops.new_bytes(n)
-    c_out = _from_buffer(_CHARS, out, False)
-    pos = raw.pos
     spare = bytearray(_REST_SPARE)
-    c_spare = _from_buffer(_CHARS, spare, False)
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
-    iov = ffi.new("struct iovec[2]")
-    iov[0].iov_base = c_out
-    iov[0].iov_len = n
-    iov[1].iov_base = c_spare
-    iov[1].iov_len = _REST_SPARE
+    request = VectorRead(raw._fd, (out, spare), raw.pos)
     op = None
     try:
         # The op holds the exports and the iovecs until its CQE, also if
         # this coroutine is closed (a tuple: the ring drops it, never releases it).
-        op = ring.start(loop, _PREP_RW, (_READV_OP, raw._fd, iov, 2, pos, 0), (c_out, c_spare, iov),
-                        None, 0)
+        op = ring.start(loop, _binding.prep_rw, request.args, request.keep, None, 0)
         got = int(await _ops.result(ring, op))
     finally:
         if op is None or op.state == _OP_DONE:
-            ffi.release(c_out)
-            ffi.release(c_spare)
+            request.release()
     if got == n:
         return out, True
     if got < n:  # (a regular file reads short only at its end: it shrank)

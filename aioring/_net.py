@@ -32,33 +32,23 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from . import _redelivery
-from ._liburing import ffi, lib
-from ._ops import MAX_RW, _yield_keeping, check_fd, pace, readable_buffer, result, writable_buffer
+from . import _binding, _redelivery
+from ._binding import (MSG_NOSIGNAL, MSG_WAITALL, OP_RECV, OP_RECVMSG, OP_SEND, OP_SENDMSG,
+                       AcceptRequest, ConnectRequest, MsgRequest)
+from ._ops import (MAX_RW, _finish_read, _yield_keeping, check_fd, new_bytes, pace, readable_size, result,
+                   ring_of, writable_size)
 from ._loops import get_ring
-from ._ringbase import Op, RingBase, os_error
+from ._ringbase import RingBase, os_error
 
 __all__ = ["sock_accept", "sock_connect", "sock_recv", "sock_recv_into", "sock_recvfrom",
            "sock_recvfrom_into", "sock_sendall", "sock_sendfile", "sock_sendto"]
 
-_PREP_RW = lib.aior_prep_rw
-_RECV = lib.IORING_OP_RECV
-_SEND = lib.IORING_OP_SEND
-_SENDMSG = lib.IORING_OP_SENDMSG
-_RECVMSG = lib.IORING_OP_RECVMSG
-_NOSIGNAL = lib.MSG_NOSIGNAL
-_WAITALL = lib.MSG_WAITALL
 _POLLIN = select.POLLIN
 _POLLOUT = select.POLLOUT
-_CHARS = ffi.typeof("char[]")
-_alloc = ffi.new_allocator(should_clear_after_alloc=False)
-_SOCKADDR_SIZE = lib.aior_sockaddr_storage_size()
-_MSGHDR_SIZE = lib.aior_msghdr_size()
 _get_running_loop = asyncio.get_running_loop
 _SPLICE_CHUNK = 1 << 20  # bytes per splice round trip of sock_sendfile
 _DONTWAIT = socket.MSG_DONTWAIT
-_EAGAIN = -errno.EAGAIN
-_sync_rw = lib.aior_sync_rw
+_SEND_NOW = socket.MSG_DONTWAIT | MSG_NOSIGNAL
 
 # Receives and sends are tried at once first, without waiting (MSG_DONTWAIT),
 # as the loop's sock_* methods try them: what the socket already holds, or
@@ -250,13 +240,16 @@ async def _passed_through(sock: socket.socket, call: Callable[[], Any]) -> Any:
 
 async def _writable(sock: socket.socket) -> None:
     loop, ring = _ring_and_loop()
-    op = ring.start(loop, lib.aior_prep_poll, (sock.fileno(), _POLLOUT), None, None, 0, unbounded=True)
+    op = ring.start(loop, _binding.prep_poll, (sock.fileno(), _POLLOUT), None, None, 0, unbounded=True)
     await result(ring, op)
 
 
 # ---------------------------------------------------------------- receive
-def _finish_recv(op: Op, res: int) -> bytes:
-    return ffi.buffer(op.keep, res)[:]
+def _now_ok(sock: socket.socket) -> bool:
+    """Whether the socket module's own call with MSG_DONTWAIT returns at once:
+    not on a socket with a timeout, which it would first wait on."""
+    timeout = sock.gettimeout()
+    return timeout is None or timeout == 0
 
 
 async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
@@ -268,25 +261,28 @@ async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
     nbytes = operator.index(nbytes)
     if nbytes < 0:
         raise ValueError("negative buffersize in recv")
+    if nbytes > sys.maxsize:
+        raise OverflowError("Python int too large to convert to C ssize_t")
     if _redelivery.owed:
         _redelivery.deliver_owed()  # a cancellation this task owes comes first, as in Ring.start
-    loop, ring = _ring_and_loop()
+    loop = _get_running_loop()
+    ring = ring_of(loop)
     if not nbytes:
         return b""  # as recv(0): nothing to wait for
-    buf = _alloc(_CHARS, nbytes)
     n = min(nbytes, MAX_RW)
-    if _recv_due(fd):
-        got = _sync_rw(_RECV, fd, buf, n, 0, _DONTWAIT)
-        if got >= 0:
+    if _recv_due(fd) and _now_ok(sock):
+        try:
+            data = sock.recv(n, _DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            _recv_missed(fd)
+        else:
             _recv_misses.pop(fd, None)
             if pace():
                 await _yield_keeping()
-            return ffi.buffer(buf, got)[:]
-        if got != _EAGAIN:
-            raise os_error(got)
-        _recv_missed(fd)
-    op = ring.start(loop, _PREP_RW, (_RECV, fd, buf, n, 0, 0), buf, _finish_recv, _POLLIN,
-                    unbounded=True)
+            return data
+    # (The pin need not be writable: out is this call's own, which the kernel fills.)
+    out = new_bytes(n) if n > 1 else bytearray(n)
+    op = ring.start(loop, None, (OP_RECV, fd, 0, n, 0, 0), out, _finish_read, _POLLIN, unbounded=True)
     return await result(ring, op)
 
 
@@ -297,52 +293,42 @@ async def sock_recv_into(sock: socket.socket, buf: Any) -> int:
     fd = check_socket(sock)
     check_mode(sock)
     if _redelivery.owed:
-        _redelivery.deliver_owed()  # (before the export, which must not be left to the collector)
-    loop, ring = _ring_and_loop()
-    cbuf = writable_buffer(buf)
-    n = min(len(cbuf), MAX_RW)
+        _redelivery.deliver_owed()
+    loop = _get_running_loop()
+    ring = ring_of(loop)
+    n = min(writable_size(buf), MAX_RW)
     if not n:
-        ffi.release(cbuf)
         return 0  # as recv_into of an empty buffer: nothing to wait for
-    if _recv_due(fd):
-        got = _sync_rw(_RECV, fd, cbuf, n, 0, _DONTWAIT)
-        if got != _EAGAIN:
-            ffi.release(cbuf)
-            if got < 0:
-                raise os_error(got)
+    if _recv_due(fd) and _now_ok(sock):
+        try:
+            got = sock.recv_into(buf, n, _DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            _recv_missed(fd)
+        else:
             _recv_misses.pop(fd, None)
             if pace():
                 await _yield_keeping()
             return got
-        _recv_missed(fd)
-    op = ring.start(loop, _PREP_RW, (_RECV, fd, cbuf, n, 0, 0), cbuf, None, _POLLIN, unbounded=True)
+    op = ring.start(loop, None, (OP_RECV, fd, 0, n, 0, 0), buf, None, _POLLIN, unbounded=True, writable=True)
     return await result(ring, op)
 
 
-class _Msg:
-    """A msghdr, its iovec and an address buffer, kept together while in flight."""
-
-    __slots__ = ("iov", "msg", "name")
-
-    def __init__(self, iov_count: int, name_size: int) -> None:
-        self.msg = _alloc("char[]", _MSGHDR_SIZE)
-        self.iov = ffi.new("struct iovec[]", iov_count)
-        self.name = _alloc("char[]", name_size) if name_size else ffi.NULL
-
-
-async def _recvmsg(sock: socket.socket, cbuf: Any, nbytes: int) -> tuple[int, Any]:
+async def _recvmsg(sock: socket.socket, buf: Any, nbytes: int) -> tuple[int, Any]:
+    """One RECVMSG of nbytes into buf (checked writable): (count, sender)."""
     fd = check_socket(sock)
     loop, ring = _ring_and_loop()
-    m = _Msg(1, _SOCKADDR_SIZE)
-    m.iov[0].iov_base = cbuf
-    m.iov[0].iov_len = nbytes
-    op = ring.start(loop, lib.aior_prep_msg,
-                    (_RECVMSG, fd, ffi.cast("struct msghdr *", m.msg), m.iov, 1, m.name,
-                     _SOCKADDR_SIZE, 0),
-                    (m, cbuf), None, _POLLIN, unbounded=True)
-    n = await result(ring, op)
-    namelen = lib.aior_msg_namelen(ffi.cast("struct msghdr *", m.msg))
-    return n, decode_sockaddr(ffi.buffer(m.name, namelen)[:], sock.family)
+    request = MsgRequest(OP_RECVMSG, fd, buf, nbytes, None, 0)
+    closed = False
+    try:
+        op = ring.start(loop, _binding.prep_msg, request.args, request.keep, None, _POLLIN, unbounded=True)
+        n = await result(ring, op)
+        return n, decode_sockaddr(request.address(), sock.family)
+    except GeneratorExit:
+        closed = True  # the op keeps the exports until the kernel let go
+        raise
+    finally:
+        if not closed:
+            request.release()  # so that the caller's bytearray can be resized again at once
 
 
 async def sock_recvfrom(sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
@@ -354,9 +340,9 @@ async def sock_recvfrom(sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
     bufsize = operator.index(bufsize)
     if bufsize < 0:
         raise ValueError("negative buffersize in recvfrom")
-    buf = _alloc(_CHARS, max(bufsize, 1))
+    buf = bytearray(max(bufsize, 1))
     n, address = await _recvmsg(sock, buf, bufsize)
-    return ffi.buffer(buf, n)[:], address
+    return bytes(memoryview(buf)[:n]), address
 
 
 async def sock_recvfrom_into(sock: socket.socket, buf: Any, nbytes: int = 0) -> tuple[int, Any]:
@@ -365,45 +351,28 @@ async def sock_recvfrom_into(sock: socket.socket, buf: Any, nbytes: int = 0) -> 
     Raises what loop.sock_recvfrom_into raises."""
     check_socket(sock)
     check_mode(sock)
-    cbuf = writable_buffer(buf)
-    try:
-        nbytes = operator.index(nbytes)
-        if nbytes < 0:
-            raise ValueError("negative buffersize in recvfrom_into")
-        if nbytes == 0:
-            nbytes = len(cbuf)
-        elif nbytes > len(cbuf):
-            raise ValueError("nbytes is greater than the length of the buffer")
-    except BaseException:
-        ffi.release(cbuf)  # never left to a traceback (see Ring.start)
-        raise
-    return await _holding(_recvmsg(sock, cbuf, nbytes), cbuf)
-
-
-async def _holding(coro: Any, export: Any) -> Any:
-    """Await `coro`, whose ring operations hold `export` (they own it until
-    their CQE: see Ring.abandon), then release it so that the caller's
-    bytearray can be resized again at once."""
-    closed = False
-    try:
-        return await coro
-    except GeneratorExit:
-        closed = True  # the ring keeps the export until the kernel let go
-        raise
-    finally:
-        if not closed:
-            ffi.release(export)
+    size = writable_size(buf)
+    nbytes = operator.index(nbytes)
+    if nbytes < 0:
+        raise ValueError("negative buffersize in recvfrom_into")
+    if nbytes == 0:
+        nbytes = size
+    elif nbytes > size:
+        raise ValueError("nbytes is greater than the length of the buffer")
+    return await _recvmsg(sock, buf, nbytes)
 
 
 # ------------------------------------------------------------------- send
-async def send_all(fd: int, cbuf: Any, length: int, done: int = 0) -> None:
-    """Send cbuf[done:length] completely: SEND with MSG_WAITALL, again after
-    a short send, until every byte went out or the kernel reports an error."""
-    loop, ring = _ring_and_loop()
+async def send_all(fd: int, data: Any, length: int, done: int = 0) -> None:
+    """Send the bytes of `data` from `done` to `length` completely: SEND with
+    MSG_WAITALL, again after a short send, until every byte went out or the
+    kernel reports an error.  Each op pins `data` until its CQE."""
+    loop = _get_running_loop()
+    ring = ring_of(loop)
     while done < length:
         n = min(length - done, MAX_RW)
-        op = ring.start(loop, _PREP_RW, (_SEND, fd, cbuf + done, n, 0, _NOSIGNAL | _WAITALL),
-                        (cbuf,), None, _POLLOUT, unbounded=True)
+        op = ring.start(loop, None, (OP_SEND, fd, done, n, 0, MSG_NOSIGNAL | MSG_WAITALL), data, None,
+                        _POLLOUT, unbounded=True)
         done += await result(ring, op)
 
 
@@ -459,41 +428,37 @@ async def sock_sendall(sock: socket.socket, data: Any) -> None:
     fd = check_socket(sock)
     check_mode(sock)
     if _redelivery.owed:
-        _redelivery.deliver_owed()  # (before the export, which must not be left to the collector)
-    cbuf = readable_buffer(data)
+        _redelivery.deliver_owed()
+    length = readable_size(data)
     turn = None
     if fd in _send_turns:  # an earlier send of this socket is still out: after it
-        try:
-            turn = await _take_turn(fd, _get_running_loop())
-        except BaseException:
-            ffi.release(cbuf)
-            raise
+        turn = await _take_turn(fd, _get_running_loop())
     try:
-        await _sendall(fd, cbuf, turn is not None)
+        await _sendall(sock, fd, data, length, turn is not None)
     finally:
         if turn is not None:
             _end_turn(fd, turn)
 
 
-async def _sendall(fd: int, cbuf: Any, in_turn: bool) -> None:
-    """sock_sendall once no earlier send of fd is out; it takes the socket's
-    turn while it waits, unless the caller holds it.  Owns the export `cbuf`."""
-    length = len(cbuf)
-    sent = _sync_rw(_SEND, fd, cbuf, min(length, MAX_RW), 0, _DONTWAIT | _NOSIGNAL) if length else 0
+async def _sendall(sock: socket.socket, fd: int, data: Any, length: int, in_turn: bool) -> None:
+    """sock_sendall of `length` bytes once no earlier send of fd is out; it
+    takes the socket's turn while it waits, unless the caller holds it."""
+    sent = 0
+    if length and _now_ok(sock):
+        try:
+            sent = sock.send(data, _SEND_NOW)
+        except (BlockingIOError, InterruptedError):
+            pass
     if sent == length:
-        ffi.release(cbuf)
         if pace():
             await _yield_keeping()
         return
-    if sent < 0 and sent != _EAGAIN:
-        ffi.release(cbuf)
-        raise os_error(sent)
     if in_turn:
-        await _holding(send_all(fd, cbuf, length, max(sent, 0)), cbuf)
+        await send_all(fd, data, length, sent)
         return
     turn = _new_turn(fd, _get_running_loop())
     try:
-        await _holding(send_all(fd, cbuf, length, max(sent, 0)), cbuf)
+        await send_all(fd, data, length, sent)
     finally:
         _end_turn(fd, turn)
 
@@ -504,24 +469,22 @@ async def sock_sendto(sock: socket.socket, data: Any, address: Any) -> int:
     Raises what loop.sock_sendto raises."""
     fd = check_socket(sock)
     check_mode(sock)
-    cbuf = readable_buffer(data)
-    return await _holding(_sendto(sock, fd, cbuf, address), cbuf)
-
-
-async def _sendto(sock: socket.socket, fd: int, cbuf: Any, address: Any) -> int:
+    length = readable_size(data)
     loop, ring = _ring_and_loop()
     name, _ = await encode_sockaddr(sock, address, loop, "sendto")
     if name is None:
-        return int(await _passed_through(sock, lambda: sock.sendto(ffi.buffer(cbuf), address)))
-    m = _Msg(1, 0)
-    cname = ffi.from_buffer(_CHARS, name)
-    m.iov[0].iov_base = cbuf
-    m.iov[0].iov_len = len(cbuf)
-    op = ring.start(loop, lib.aior_prep_msg,
-                    (_SENDMSG, fd, ffi.cast("struct msghdr *", m.msg), m.iov, 1, cname,
-                     len(name), _NOSIGNAL),
-                    (m, cbuf, cname), None, _POLLOUT, unbounded=True)
-    return int(await result(ring, op))
+        return int(await _passed_through(sock, lambda: sock.sendto(data, address)))
+    request = MsgRequest(OP_SENDMSG, fd, data, length, name, MSG_NOSIGNAL)
+    closed = False
+    try:
+        op = ring.start(loop, _binding.prep_msg, request.args, request.keep, None, _POLLOUT, unbounded=True)
+        return int(await result(ring, op))
+    except GeneratorExit:
+        closed = True  # the op keeps the exports until the kernel let go
+        raise
+    finally:
+        if not closed:
+            request.release()
 
 
 # ---------------------------------------------------------------- connect
@@ -536,9 +499,8 @@ async def sock_connect(sock: socket.socket, address: Any) -> None:
     if name is None:
         await _connect_other(sock, address)
         return
-    cname = ffi.from_buffer(_CHARS, name)
-    op = ring.start(loop, lib.aior_prep_connect, (fd, ffi.cast("struct sockaddr *", cname), len(name)),
-                    (cname,), None, 0, unbounded=True)
+    request = ConnectRequest(fd, name)
+    op = ring.start(loop, _binding.prep_connect, request.args, request.keep, None, 0, unbounded=True)
     try:
         await result(ring, op)
         return
@@ -583,23 +545,20 @@ async def sock_accept(sock: socket.socket) -> tuple[socket.socket, Any]:
     fd = check_socket(sock)
     check_mode(sock)
     loop, ring = _ring_and_loop()
-    name = _alloc(_CHARS, _SOCKADDR_SIZE)
-    namelen = ffi.new("socklen_t *", _SOCKADDR_SIZE)
+    request = AcceptRequest(fd)
     while True:
-        op = ring.start(loop, lib.aior_prep_accept,
-                        (fd, ffi.cast("struct sockaddr *", name), namelen, lib.SOCK_CLOEXEC),
-                        (name, namelen), None, 0, unbounded=True)
+        op = ring.start(loop, _binding.prep_accept, request.args, request.keep, None, 0, unbounded=True)
         try:
             new_fd = await result(ring, op)
             break
         except BlockingIOError:
             # An older kernel hands a non-blocking listener's EAGAIN back:
             # wait until a connection is there, through the ring too.
-            op = ring.start(loop, lib.aior_prep_poll, (fd, _POLLIN), None, None, 0, unbounded=True)
+            op = ring.start(loop, _binding.prep_poll, (fd, _POLLIN), None, None, 0, unbounded=True)
             await result(ring, op)
     conn = socket.socket(sock.family, sock.type, sock.proto, fileno=new_fd)
     conn.setblocking(False)
-    return conn, decode_sockaddr(ffi.buffer(name, namelen[0])[:], sock.family)
+    return conn, decode_sockaddr(request.address(), sock.family)
 
 
 # --------------------------------------------------------------- sendfile
@@ -623,15 +582,15 @@ def _check_sendfile(sock: socket.socket, file: Any, offset: Any, count: Any) -> 
 async def _splice(ring: RingBase, loop: asyncio.AbstractEventLoop, fd_in: int, off_in: int,
                   fd_out: int, nbytes: int) -> int:
     while True:
-        op = ring.start(loop, lib.aior_prep_splice,
-                        (fd_in, off_in, fd_out, -1, nbytes, lib.SPLICE_F_MOVE, 0), None, None, 0,
+        op = ring.start(loop, _binding.prep_splice,
+                        (fd_in, off_in, fd_out, -1, nbytes, _binding.SPLICE_F_MOVE, 0), None, None, 0,
                         unbounded=True)
         try:
             return await result(ring, op)
         except BlockingIOError:
             # A non-blocking socket with a full send buffer: wait until it
             # takes more, through the ring too.
-            op = ring.start(loop, lib.aior_prep_poll, (fd_out, _POLLOUT), None, None, 0, unbounded=True)
+            op = ring.start(loop, _binding.prep_poll, (fd_out, _POLLOUT), None, None, 0, unbounded=True)
             await result(ring, op)
 
 
@@ -654,7 +613,7 @@ async def sock_sendfile(sock: socket.socket, file: Any, offset: int = 0, count: 
             raise asyncio.SendfileNotAvailableError(
                 f"syscall sendfile is not available for socket {sock!r} and file {file!r} "
                 "combination") from exc
-        return await _in_turn(fd, _sendfile_by_copy(fd, file, offset, count))
+        return await _in_turn(fd, _sendfile_by_copy(sock, fd, file, offset, count))
     return await _in_turn(fd, _sendfile(fd, file_fd, file, offset, count))
 
 
@@ -700,7 +659,7 @@ async def _sendfile(fd: int, file_fd: int, file: Any, offset: int, count: int | 
             file.seek(offset + total)
 
 
-async def _sendfile_by_copy(fd: int, file: Any, offset: int, count: int | None) -> int:
+async def _sendfile_by_copy(sock: socket.socket, fd: int, file: Any, offset: int, count: int | None) -> int:
     if not callable(getattr(file, "readinto", None)):
         raise TypeError(f"file must be a binary file object, not {type(file).__name__}")
     loop = _get_running_loop()
@@ -715,7 +674,7 @@ async def _sendfile_by_copy(fd: int, file: Any, offset: int, count: int | None) 
             n = await loop.run_in_executor(None, file.readinto, view[:want])
             if not n:
                 break
-            await _sendall(fd, readable_buffer(view[:n]), in_turn=True)
+            await _sendall(sock, fd, view[:n], n, in_turn=True)
             total += n
         return total
     finally:

@@ -1,8 +1,13 @@
 """L2: fd-level operations, one function per opcode.
 
 Each function checks its arguments completely before anything reaches the
-ring (a bad argument never leaves an SQE behind), exports the buffer
-the kernel will touch, and hands the ring a finish function for the CQE.
+ring (a bad argument never leaves an SQE behind), tries the call at once
+where the kernel can answer without waiting (the page cache, a pipe's or a
+socket's buffer), and otherwise hands the ring the buffer the kernel will
+touch and a finish function for the CQE.  Reads and writes of one buffer
+are prepared by the core, which pins the buffer itself (Ring.start with prep
+None); nothing here touches ffi or lib, whatever needs C memory built is the
+binding's (_binding).
 
 A read or write at offset -1 (the fd's position: pipes, sockets, terminals)
 may wait for a peer as long as the peer likes, so it is exempt from the
@@ -17,18 +22,18 @@ from __future__ import annotations
 import asyncio
 import errno
 import fcntl
-import functools
 import mmap
 import operator
 import os
 import select
-from collections.abc import Callable
+import stat
+import threading
 from typing import Any
 
-from ._liburing import ffi, lib
-from . import _loops, _redelivery
+from . import _binding, _loops, _redelivery
+from ._binding import FSYNC_DATASYNC, IOSQE_ASYNC, OP_FSYNC, OP_READ, OP_WRITE, Filling
 from ._loops import get_ring
-from ._ringbase import Op, RingBase, os_error, ready
+from ._ringbase import Op, RingBase, ready
 
 __all__ = ["aligned_buffer", "fsync", "read", "readinto", "result", "write"]
 
@@ -38,25 +43,9 @@ _INT_MAX = 2**31 - 1
 _INT_MIN = -(2**31)
 _OFF_MAX = 2**63 - 1
 
-_READ = lib.IORING_OP_READ
-_WRITE = lib.IORING_OP_WRITE
-_FSYNC = lib.IORING_OP_FSYNC
-_DATASYNC = lib.IORING_FSYNC_DATASYNC
-_PREP_RW = lib.aior_prep_rw
-_PREP_RW_SQE = lib.aior_prep_rw_sqe
-_IOSQE_ASYNC = lib.IOSQE_ASYNC
 _POLLIN = select.POLLIN
 _POLLOUT = select.POLLOUT
-_NULL = ffi.NULL
-
-# from_buffer with a ready ctype and positional arguments costs a third of
-# from_buffer(buf, require_writable=True): no cdecl parsing, no keywords.
-_from_buffer = ffi.from_buffer
-_CHARS = ffi.typeof("char[]")
 _get_running_loop = asyncio.get_running_loop
-
-# Read buffers are overwritten by the kernel: no need to zero them first.
-_alloc = ffi.new_allocator(should_clear_after_alloc=False)
 
 
 # Results at least this large are read into a bytes object that is not
@@ -103,29 +92,54 @@ _preadv = os.preadv
 _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 8)
 
 # Reads and writes at the fd's own position (offset -1) are tried the same
-# way (lib.aior_rw_now): what a pipe or a socket holds or has room for, and
-# the page cache's part of a file, move at once; the rest goes to the ring.
-_RW_NOW = lib.aior_rw_now
-_PARTIAL = lib.AIOR_PARTIAL
+# way (preadv2 and pwritev2 at offset -1): what a pipe or a socket holds or
+# has room for, and the page cache's part of a file, move at once; the rest
+# goes to the ring.
+_readv_now = os.preadv
+_writev_now = os.pwritev
+_fstat = os.fstat
+_S_ISREG = stat.S_ISREG
 # What the try at once answers for an fd that cannot say without waiting (a
 # terminal, a file system without non-blocking I/O, an O_DIRECT buffer the
 # kernel refuses): the ring's turn, whose operation says it again if it is an
 # error.  Any other error is raised at once (a socket's reset, say, is
 # reported once: the ring would not see it again).
-_RING_DECIDES = frozenset({-errno.EAGAIN, -errno.EOPNOTSUPP, -errno.EINVAL, -errno.ENOSYS})
+_RING_DECIDES = frozenset({errno.EAGAIN, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS})
 
 
-def _rw_now(write: int, fd: int, cbuf: Any, n: int) -> int:
-    """-1 - count when the read or write at the fd's position was done at
-    once; else the count done so far (0: none), the ring's to go on from."""
-    res = _RW_NOW(write, fd, cbuf, n)
-    if res >= _PARTIAL:
-        return res - _PARTIAL
-    if res >= 0:
-        return -1 - res
-    if res in _RING_DECIDES:
-        return 0
-    raise os_error(res)
+def _rw_now(write: bool, fd: int, buffer: Any, n: int) -> int:
+    """Read into (or write) the first n (> 0) bytes of `buffer` at the fd's
+    position without waiting: -1 - count when done (all of it, what a pipe
+    or a socket held or had room for, or up to end of file); else the count
+    done so far (0: none), the ring's to go on from."""
+    call = _writev_now if write else _readv_now
+    try:
+        got: int = call(fd, (buffer,), -1, _RWF_NOWAIT)
+    except OSError as exc:
+        if exc.errno in _RING_DECIDES:
+            return 0
+        raise
+    if got == 0 or got >= n:
+        return -1 - got
+    try:
+        regular = _S_ISREG(_fstat(fd).st_mode)
+    except OSError:
+        regular = False
+    if not regular:
+        return -1 - got  # a pipe's or a socket's share
+    # A regular file: the page cache held only part of it (or it ends here).
+    view = memoryview(buffer).cast("B")
+    while got < n:
+        try:
+            more: int = call(fd, (view[got:n],), -1, _RWF_NOWAIT)
+        except OSError:
+            return got
+        if more == 0 and not write:
+            break  # the end of the file
+        if more <= 0:
+            return got
+        got += more
+    return -1 - got
 
 
 def pace() -> bool:
@@ -178,7 +192,6 @@ FORGET_EVERY = 64
 _fcntl = fcntl.fcntl
 _F_GETFL = fcntl.F_GETFL
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
-_DIO_ALIGN = lib.aior_dio_align
 # fd -> [reads left for the ring alone, the next backoff, O_DIRECT's buffer
 # alignment (0: not O_DIRECT, 1: not reported), O_DIRECT's offset and length
 # alignment]
@@ -201,9 +214,7 @@ def _flags_looked_up(fd: int) -> list[int]:
     state = _fd_cache[fd] = [0, 1, 0, 0]
     if direct:
         _plain.discard(fd)
-        mem, off = ffi.new("unsigned *"), ffi.new("unsigned *")
-        known = _DIO_ALIGN(fd, mem, off) == 0
-        state[2], state[3] = (mem[0], off[0]) if known else (1, 1)  # (unknown: the kernel judges)
+        state[2], state[3] = _binding.dio_align(fd) or (1, 1)  # (unknown: the kernel judges)
     return state
 
 
@@ -262,17 +273,18 @@ COLD_HANDOFF = True
 _cold_reads = [0]  # reads of pages thought not cached, in flight
 
 
-def read_request(fd: int, addr: Any, n: int, offset: int) -> tuple[Any, tuple[Any, ...], bool]:
-    """The prep function and its arguments for a ring read of n bytes of fd
-    at offset (-1: its position) into addr, and whether the pages are thought
-    not cached (then await it with read_result)."""
+def read_request(fd: int, start: int, n: int, offset: int) -> tuple[tuple[int, ...], bool]:
+    """The core's arguments (Ring.start with prep None) for a ring read of n
+    bytes of fd at offset (-1: its position) into the op's pinned buffer from
+    `start` on, and whether the pages are thought not cached (then await it
+    with read_result)."""
     if offset >= 0:
         state = _fd_cache.get(fd)
         if state is not None and (state[1] > 1 or state[2]):
             if _cold_reads[0] and COLD_HANDOFF:
-                return _PREP_RW_SQE, (_READ, fd, addr, n, offset, 0, _IOSQE_ASYNC), True
-            return _PREP_RW, (_READ, fd, addr, n, offset, 0), True
-    return _PREP_RW, (_READ, fd, addr, n, offset, 0), False
+                return (OP_READ, fd, start, n, offset, 0, IOSQE_ASYNC), True
+            return (OP_READ, fd, start, n, offset, 0), True
+    return (OP_READ, fd, start, n, offset, 0), False
 
 
 async def read_result(ring: RingBase, op: Op, cold: bool) -> Any:
@@ -296,9 +308,7 @@ def direct_error(fd: int, buffer: Any, offset: int) -> OSError | None:
         return None
     with memoryview(buffer) as view:
         n = view.nbytes
-    cbuf = _from_buffer(_CHARS, buffer, False)
-    addr = int(ffi.cast("uintptr_t", cbuf))
-    ffi.release(cbuf)
+    addr = _binding.buffer_address(buffer)
     need = (f"a buffer at an address that is a multiple of {state[2]} and a length and an offset that are "
             f"multiples of {state[3]}" if state[2] > 1 else
             "buffers, lengths and offsets aligned to the disk's block size (the kernel does not report it "
@@ -392,23 +402,33 @@ def check_offset(offset: Any) -> int:
     return offset
 
 
-def writable_buffer(buffer: Any) -> Any:
-    """Export `buffer` for the kernel to write into (TypeError when it cannot)."""
+_READINTO_TYPE = "readinto() argument must be a writable contiguous bytes-like object, not {}"
+
+
+def writable_size(buffer: Any) -> int:
+    """The size in bytes of `buffer`, which the kernel will write into:
+    TypeError, as FileIO.readinto raises it, when it cannot."""
+    if type(buffer) is bytearray:
+        return len(buffer)
     try:
-        return _from_buffer(_CHARS, buffer, True)
-    except (TypeError, BufferError, ValueError):
-        raise TypeError("readinto() argument must be a writable contiguous bytes-like object, "
-                        f"not {type(buffer).__name__}") from None
+        view = memoryview(buffer)
+    except (TypeError, ValueError):
+        raise TypeError(_READINTO_TYPE.format(type(buffer).__name__)) from None
+    with view:
+        if view.readonly or not view.c_contiguous:
+            raise TypeError(_READINTO_TYPE.format(type(buffer).__name__))
+        return view.nbytes
 
 
-def readable_buffer(data: Any) -> Any:
-    """Export `data` for the kernel to read from (TypeError when it cannot)."""
+def readable_size(data: Any) -> int:
+    """The size in bytes of `data`, which the kernel will read: TypeError
+    for a str or a non-buffer, BufferError for a non-contiguous one, as
+    os.write raises them."""
+    kind = type(data)
+    if kind is bytes or kind is bytearray:
+        return len(data)
     if isinstance(data, str):
         raise TypeError("a bytes-like object is required, not 'str'")
-    try:
-        return _from_buffer(_CHARS, data, False)
-    except (TypeError, BufferError, ValueError):
-        pass
     try:
         view = memoryview(data)
     except TypeError:
@@ -416,7 +436,7 @@ def readable_buffer(data: Any) -> Any:
     with view:
         if not view.c_contiguous:  # what os.write and socket.send raise
             raise BufferError("memoryview: underlying buffer is not C-contiguous")
-    raise TypeError(f"a contiguous bytes-like object is required, not {type(data).__name__!r}")
+        return view.nbytes
 
 
 async def result(ring: RingBase, op: Op) -> Any:
@@ -428,21 +448,57 @@ async def result(ring: RingBase, op: Op) -> Any:
     except asyncio.CancelledError as exc:
         return await ring.settle(op, exc)
     except GeneratorExit:
-        ring.abandon(op)  # the coroutine was closed: op.keep stays with the kernel
+        ring.abandon(op)  # the coroutine was closed: the op keeps its pin for the kernel
         raise
 
 
+def ring_of(loop: asyncio.AbstractEventLoop) -> RingBase:
+    """get_ring(loop), with the ring of the last lookup checked first
+    (written out here, it saves a Python call per operation)."""
+    ring = _loops._last()
+    if ring is None or ring._loop_ref() is not loop or ring._closed:
+        ring = get_ring(loop)
+    return ring
+
+
+# A read tried at once lands in a buffer of the thread's own (one per
+# thread: the try releases the GIL), whose bytes are copied out at once:
+# cheaper than a new zeroed buffer for each read.
+class _Scratch(threading.local):
+    buf = bytearray(0)  # (of length 0 until a thread reads: never written)
+
+
+_scratch_of = _Scratch()
+
+
+def _scratch(n: int) -> bytearray:
+    """This thread's buffer for a read of n (< UNZEROED_MIN) bytes tried at once."""
+    buf = _scratch_of.buf
+    if len(buf) != n:
+        buf = _scratch_of.buf = bytearray(n)
+    return buf
+
+
+def _filled(out: bytes | bytearray, n: int) -> bytes:
+    """The first n bytes of `out` (a new_bytes object, or a bytearray), as bytes."""
+    if type(out) is bytes:
+        return out if n == len(out) else out[:n]
+    return bytes(out) if n == len(out) else bytes(memoryview(out)[:n])
+
+
 def _finish_read(op: Op, res: int) -> bytes:
-    return ffi.buffer(op.keep, res)[:]
+    """read()'s result: what the kernel filled of the pinned buffer (from
+    args[2], the start of the ring's part, on) and what came before it."""
+    return _filled(op.pinned, op.args[2] + res)
 
 
-def _filled(out: bytes, n: int) -> bytes:
-    """What the kernel filled of `out`, a new_bytes object."""
-    return out if n == len(out) else out[:n]
-
-
-def _finish_read_filled(out: bytes, got: int, op: Op, res: int) -> bytes:
-    return _filled(out, got + res)
+def _try_read(fd: int, target: Any, n: int, offset: int) -> int:
+    """The try at once of a read of n bytes into `target`: -1 - count when it
+    read all of it or reached end of file, else how much of the start it read
+    (the ring's turn from there)."""
+    if offset >= 0:
+        return _read_now_into(fd, target, n, offset)
+    return _rw_now(False, fd, target, min(n, MAX_RW)) if n else 0  # (0 bytes: the ring checks the fd)
 
 
 async def read(fd: int, size: int, offset: int = -1) -> bytes:
@@ -456,43 +512,66 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
     as the OSError subclass of their errno (EBADF for a closed fd, EISDIR
     for a directory, ...).
     """
-    fd = check_fd(fd)
-    size = check_size(size)
-    offset = check_offset(offset)
+    if type(fd) is not int or not _INT_MIN <= fd <= _INT_MAX:
+        fd = check_fd(fd)
+    if type(size) is not int or not 0 <= size < UNZEROED_MIN:
+        size = check_size(size)
+    if type(offset) is not int or not -1 <= offset <= _OFF_MAX:
+        offset = check_offset(offset)
     if _redelivery.owed:
         _redelivery.deliver_owed()
-    if offset < 0 and fd_state(fd)[2]:  # (an O_DIRECT fd: never tried at once)
-        return await _read_aligned(fd, size, offset)
-    loop = asyncio.get_running_loop()
-    ring = get_ring(loop)
-    # A large result is the bytes object the kernel fills (no copy follows);
-    # a small one is copied out of memory that is not zeroed either.
-    out = new_bytes(size) if size >= UNZEROED_MIN else None
-    buf = _alloc("char[]", size) if out is None else _from_buffer(_CHARS, out, False)
-    if offset >= 0:
-        got = _read_now_into(fd, ffi.buffer(buf), buf, size, offset)
+    out: bytes | bytearray | None = None
+    target: Any
+    ring = None
+    if offset >= 0 and size < UNZEROED_MIN and fd in _plain:
+        # The hottest path: a page-cache hit read at once into the thread's
+        # scratch buffer and copied out, written out here.
+        target = _scratch_of.buf
+        if len(target) != size:
+            target = _scratch(size)
+        got = read_now(fd, target, size, offset)
+        if got == size:
+            data = bytes(target)
+            if _unyielded[0] < YIELD_EVERY - 1:  # (pace() written out, while no yield is due)
+                _unyielded[0] += 1
+            elif pace():
+                await _yield_keeping()
+            return data
+        got = _rest_now(fd, target, size, offset, got)
     else:
-        got = _rw_now(0, fd, buf, min(size, MAX_RW)) if size else 0
-    if got < 0:  # all of it from the page cache, or end of file
-        if out is None:
-            data = ffi.buffer(buf, -got - 1)[:]
+        loop = _get_running_loop()
+        ring = ring_of(loop)  # (first: a refused io_uring raises, even where the try would do)
+        state = _fd_cache.get(fd)
+        if state is None:
+            state = _flags_looked_up(fd)
+        if state[2]:  # an O_DIRECT fd: never tried at once, and into aligned memory
+            return await _read_aligned(fd, size, offset)
+        # A small result is tried into the thread's scratch buffer and copied
+        # out; a large one is the bytes object the kernel fills (no copy follows).
+        if size < UNZEROED_MIN:
+            target = _scratch(size)
+            got = _try_read(fd, target, size, offset)
         else:
-            ffi.release(buf)
-            data = _filled(out, -got - 1)
+            out = new_bytes(size)
+            with Filling(out) as target:
+                got = _try_read(fd, target, size, offset)
+    if got < 0:  # all of it from the page cache, or end of file
+        data = _filled(target if out is None else out, -got - 1)
         if pace():
             await _yield_keeping()
         return data
-    if out is not None:
-        finish: Callable[[Op, int], bytes] = functools.partial(_finish_read_filled, out, got)
-    else:
-        finish = _finish_read if not got else functools.partial(_finish_rest, got)
-    if not got and fd_state(fd)[2]:  # an O_DIRECT fd (learnt by the try): aligned memory
-        if out is not None:
-            ffi.release(buf)
-        return await _read_aligned(fd, size, offset)
-    prep, args, cold = read_request(fd, buf + got, min(size - got, MAX_RW),
-                                    offset + got if offset >= 0 else -1)
-    op = ring.start(loop, prep, args, buf, finish, _POLLIN, offset == -1)
+    if ring is None:
+        loop = _get_running_loop()
+        ring = ring_of(loop)
+    if out is None:
+        if got:  # (the start from the page cache, the rest through the ring)
+            out = bytearray(size)
+            out[:got] = memoryview(target)[:got]
+        else:
+            out = new_bytes(size) if size > 1 else bytearray(size)
+    args, cold = read_request(fd, got, min(size - got, MAX_RW), offset + got if offset >= 0 else -1)
+    # (The pin need not be writable: out is this call's own, which the kernel fills.)
+    op = ring.start(loop, None, args, out, _finish_read, _POLLIN, offset == -1)
     try:
         return await read_result(ring, op, cold)
     except OSError as exc:
@@ -517,11 +596,6 @@ async def _read_aligned(fd: int, size: int, offset: int) -> bytes:
             pass
 
 
-def _finish_rest(got: int, op: Op, res: int) -> bytes:
-    """The ring read the rest of what began from the page cache."""
-    return ffi.buffer(op.keep, got + res)[:]
-
-
 async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     """Read from `fd` straight into `buffer` (any writable bytes-like object).
 
@@ -532,72 +606,55 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     below -1 (as os.preadv), OSError from the kernel.  At an offset, the
     page cache's bytes come at once, without a trip through the loop.
     """
+    if (type(fd) is int and type(offset) is int and 0 <= offset <= _OFF_MAX and fd in _plain
+            and not _redelivery.owed):
+        # The hottest path: a page-cache hit read at once, written out here
+        # (an fd in _plain is one whose reads were tried before).
+        kind = type(buffer)
+        if kind is bytearray:
+            n = len(buffer)
+        elif kind is memoryview:
+            try:
+                n = buffer.nbytes if not buffer.readonly and buffer.c_contiguous else -1
+            except ValueError:  # released: the general path raises FileIO's TypeError
+                n = -1
+        else:
+            n = -1
+        if n >= 0:
+            try:
+                got = _preadv(fd, (buffer,), offset, _RWF_NOWAIT)
+            except BlockingIOError:
+                cache_missed(fd)
+                got = -1
+            except OSError:
+                got = -1  # (the ring's read reports a real error as the kernel's)
+            if got in (n, 0):
+                if _unyielded[0] < YIELD_EVERY - 1:  # (pace() written out, while no yield is due)
+                    _unyielded[0] += 1
+                elif pace():
+                    await _yield_keeping()
+                return got
     if type(fd) is not int or not _INT_MIN <= fd <= _INT_MAX:
         fd = check_fd(fd)
     if type(offset) is not int or not -1 <= offset <= _OFF_MAX:
         offset = check_offset(offset)
     if _redelivery.owed:
         _redelivery.deliver_owed()  # a cancellation this task owes comes first, as in Ring.start
-    if offset >= 0:
-        kind = type(buffer)
-        if kind is bytearray:
-            direct, n = True, len(buffer)
-        elif kind is memoryview:
-            try:
-                direct, n = not buffer.readonly and buffer.c_contiguous, buffer.nbytes
-            except ValueError:  # released: the general path raises FileIO's TypeError
-                direct, n = False, 0
-        else:
-            direct, n = False, 0
-        if direct:
-            # The hottest path: a page-cache hit read at once, written out here.
-            if fd not in _plain:
-                got = _read_now_learning(fd, buffer, offset)
-            else:
-                try:
-                    got = _preadv(fd, (buffer,), offset, _RWF_NOWAIT)
-                except BlockingIOError:
-                    cache_missed(fd)
-                    got = -1
-                except OSError:
-                    got = -1  # (the ring's read reports a real error as the kernel's)
-            if got in (n, 0):
-                if pace():
-                    await _yield_keeping()
-                return got
-    # The ring lookup and result() are written out here, which saves two
-    # Python calls per read (measured: 2.5k instructions).
     loop = _get_running_loop()
-    ring = _loops._last()
-    if ring is None or ring._loop_ref() is not loop or ring._closed:
-        ring = get_ring(loop)
-    # Exported last: from here on nothing raises before the ring owns it or
-    # it is released.
-    try:
-        cbuf = _from_buffer(_CHARS, buffer, True)
-    except (TypeError, BufferError, ValueError):
-        cbuf = writable_buffer(buffer)
-    n = len(cbuf)
-    try:
-        if fd_state(fd)[2]:
-            got = 0  # (an O_DIRECT fd: never tried at once)
-        elif offset >= 0:
-            got = _read_now_into(fd, buffer, cbuf, n, offset)
-        else:
-            got = _rw_now(0, fd, cbuf, min(n, MAX_RW)) if n else 0
-    except OSError:
-        ffi.release(cbuf)
-        raise
+    ring = ring_of(loop)
+    n = writable_size(buffer)
+    if fd_state(fd)[2]:
+        got = 0  # (an O_DIRECT fd: never tried at once)
+    else:
+        got = _try_read(fd, buffer, n, offset)
     if got < 0:  # all of it, or end of file
-        ffi.release(cbuf)
         if pace():
             await _yield_keeping()
         return -got - 1
     # (Part of it, or none, was cached: the ring reads the rest, as a
     # blocking read would, so that a short read still means end of file.)
-    prep, args, cold = read_request(fd, cbuf + got, min(n - got, MAX_RW),
-                                    offset + got if offset >= 0 else -1)
-    op = ring.start(loop, prep, args, cbuf, None, _POLLIN, offset == -1)
+    args, cold = read_request(fd, got, min(n - got, MAX_RW), offset + got if offset >= 0 else -1)
+    op = ring.start(loop, None, args, buffer, None, _POLLIN, offset == -1, writable=True)
     try:
         if op.future is None:
             return got + ready(op)
@@ -610,12 +667,18 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
         raise
 
 
-def _read_now_into(fd: int, buffer: Any, cbuf: Any, n: int, offset: int) -> int:
-    """readinto's direct try: -1 - count when it read all of it or reached
-    end of file, else how much of the start it read (the ring's turn)."""
-    got = read_now(fd, buffer, n, offset)
+def _read_now_into(fd: int, buffer: Any, n: int, offset: int) -> int:
+    """The try at once of a read of n bytes at `offset` into `buffer`: -1 -
+    count when it read all of it or reached end of file, else how much of
+    the start it read (the ring's turn)."""
+    return _rest_now(fd, buffer, n, offset, read_now(fd, buffer, n, offset))
+
+
+def _rest_now(fd: int, buffer: Any, n: int, offset: int, got: int) -> int:
+    """_read_now_into after its first try, which answered `got` (as read_now)."""
     if 0 < got < n:  # end of file, or only part of it was cached: ask again
-        more = read_now(fd, ffi.buffer(cbuf + got, n - got), n - got, offset + got)
+        with memoryview(buffer) as whole, whole.cast("B") as view, view[got:n] as rest:
+            more = read_now(fd, rest, n - got, offset + got)
         if more == 0:
             return -1 - got
         got += max(more, 0)
@@ -647,28 +710,24 @@ async def write(fd: int, data: Any, offset: int = -1) -> int:
     non-contiguous one (as os.write), OSError EINVAL for an offset below -1
     (as os.pwrite), OSError from the kernel (EPIPE as BrokenPipeError, ...).
     """
-    fd = check_fd(fd)
-    offset = check_offset(offset)
+    if type(fd) is not int or not _INT_MIN <= fd <= _INT_MAX:
+        fd = check_fd(fd)
+    if type(offset) is not int or not -1 <= offset <= _OFF_MAX:
+        offset = check_offset(offset)
     if _redelivery.owed:
-        _redelivery.deliver_owed()  # (before the export, which must not be left to the collector)
-    loop = asyncio.get_running_loop()
-    ring = get_ring(loop)
-    cbuf = readable_buffer(data)
-    n = min(len(cbuf), MAX_RW)
+        _redelivery.deliver_owed()
+    loop = _get_running_loop()
+    ring = ring_of(loop)
+    n = min(readable_size(data), MAX_RW)
     done = 0
     if offset == -1 and n and not fd_state(fd)[2]:  # (O_DIRECT: never tried at once)
-        try:
-            done = _rw_now(1, fd, cbuf, n)
-        except OSError:
-            ffi.release(cbuf)
-            raise
+        done = _rw_now(True, fd, data, n)
         if done < 0:  # all of it, or what a pipe or a socket had room for
-            ffi.release(cbuf)
             if pace():
                 await _yield_keeping()
             return -done - 1
-    op = ring.start(loop, _PREP_RW, (_WRITE, fd, cbuf + done, n - done, offset, 0),
-                    cbuf, None, _POLLOUT, offset == -1)
+    op = ring.start(loop, None, (OP_WRITE, fd, done, n - done, offset, 0), data, None, _POLLOUT,
+                    offset == -1)
     try:
         if done:
             return done + await _rest(op.future) if op.future is not None else done + ready(op)
@@ -692,8 +751,8 @@ async def fsync(fd: Any, *, datasync: bool = False) -> None:
         raise ValueError(f"file descriptor cannot be a negative integer ({fd})")
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
-    flags = _DATASYNC if datasync else 0
-    op = ring.start(loop, _PREP_RW, (_FSYNC, fd, _NULL, 0, 0, flags), None, _finish_none)
+    flags = FSYNC_DATASYNC if datasync else 0
+    op = ring.start(loop, _binding.prep_rw, (OP_FSYNC, fd, _binding.NULL, 0, 0, flags), None, _finish_none)
     await result(ring, op)
 
 

@@ -197,6 +197,8 @@ def _call(twin: Any, args: tuple[Any, ...], keep: Any, done: Callable[[int], Non
         except BaseException:  # pragma: no cover - the C twins do not raise
             res = -errno.EIO
         lib.aior_end()
+    if type(keep) is _Own:
+        ffi.release(keep.export)  # before the caller hears: its memoryview can be released at once
     done(res)
 
 
@@ -207,6 +209,16 @@ def run_in_worker(op: Op, done: Callable[[int], None]) -> int:
 
 
 _CHARS = ffi.typeof("char[]")
+
+
+class _Own:
+    """twin_call's own export of an op's pinned buffer, released by the
+    worker as soon as its call returned."""
+
+    __slots__ = ("export",)
+
+    def __init__(self, export: Any) -> None:
+        self.export = export
 
 
 def twin_call(op: Op) -> tuple[Any, tuple[Any, ...], Any]:
@@ -220,7 +232,7 @@ def twin_call(op: Op) -> tuple[Any, tuple[Any, ...], Any]:
     pinned = op.pinned
     export = ffi.NULL if pinned is None else ffi.from_buffer(_CHARS, pinned)
     twin = lib.aior_sync_rw if len(args) == 6 else lib.aior_sync_rw_sqe
-    return twin, (args[0], args[1], export + args[2], *args[3:]), export
+    return twin, (args[0], args[1], export + args[2], *args[3:]), None if pinned is None else _Own(export)
 
 
 def stop_in_worker(loop: asyncio.AbstractEventLoop, request: int, pending: Callable[[], bool]) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 import aioring
 import aioring.os
-from aioring import _ops
+from aioring import _binding, _ops
 
 SIZE = 1024 * 1024 + 4096 * 3 + 100  # (ends off a block)
 
@@ -210,9 +210,7 @@ def test_aligned_buffer():
     assert isinstance(buf, mmap.mmap) and len(buf) == 5000 and bytes(buf) == bytes(5000)
     with memoryview(buf) as view:
         assert not view.readonly
-    c = _ops.ffi.from_buffer(buf)
-    assert int(_ops.ffi.cast("uintptr_t", c)) % mmap.PAGESIZE == 0
-    _ops.ffi.release(c)
+    assert _binding.buffer_address(buf) % mmap.PAGESIZE == 0
     buf.close()
     with pytest.raises(ValueError):
         aioring.aligned_buffer(0)

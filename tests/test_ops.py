@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import concurrent.futures
 import asyncio
 import errno
 import os
@@ -239,6 +240,38 @@ async def test_readinto_accepts_any_writable_buffer(data_file):
     assert mv.tobytes() == content[5:25]
 
 
+async def test_a_buffer_read_into_through_the_ring_is_let_go_before_the_call_returns(data_file, ring_reads):
+    """Whoever made the read (the kernel, or a worker thread of the threads
+    backend) lets go of the caller's buffer before readinto returns: a
+    memoryview can be released at once and a bytearray resized, as after
+    os.preadv."""
+    fd, content = data_file
+    buf = bytearray(8192)
+    for i in range(20):
+        with memoryview(buf) as view:  # (release() raises BufferError while exported)
+            assert await aioring.readinto(fd, view, 100 + i) == 8192
+        buf.append(0)
+        del buf[-1]
+        assert buf == content[100 + i:8292 + i]
+
+
+def test_reads_of_loops_in_two_threads_never_see_each_others_bytes(new_loop, data_file):
+    """read() tries the page cache into a buffer of its thread's own: loops
+    in two threads reading at once each get the bytes os.pread gives."""
+    fd, content = data_file
+
+    async def reads(first: int) -> None:
+        for i in range(400):
+            off = (first + i * 4099) % (len(content) - 4096)
+            assert await aioring.read(fd, 4096, off) == content[off:off + 4096]
+
+    loops = [new_loop(), new_loop()]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(loop.run_until_complete, reads(k * 777)) for k, loop in enumerate(loops)]
+        for run in runs:
+            run.result()
+
+
 async def test_short_reads_at_end_of_file(data_file):
     fd, content = data_file
     end = len(content)
@@ -380,8 +413,8 @@ async def test_a_file_read_at_its_position_partly_cached_returns_all_of_it(disk_
         res = rw_now(*args)
         answers.append(res)
         return res
-    rw_now = _ops._RW_NOW
-    monkeypatch.setattr(_ops, "_RW_NOW", spy)
+    rw_now = _ops._rw_now
+    monkeypatch.setattr(_ops, "_rw_now", spy)
     path = os.path.join(disk_dir, "half")
     content = os.urandom(1024 * 1024)
     with open(path, "wb") as f:
@@ -412,7 +445,7 @@ async def test_a_file_read_at_its_position_partly_cached_returns_all_of_it(disk_
     finally:
         os.close(fd)
         os.close(twin)
-    if not any(res >= _ops._PARTIAL for res in answers):
+    if not any(res > 0 for res in answers):  # (a count done so far: the ring did the rest)
         pytest.skip("this file system kept the pages: no read was only partly cached")
 
 

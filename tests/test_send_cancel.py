@@ -11,7 +11,7 @@ import socket
 import pytest
 
 import aioring
-from aioring import _loops, _ringbase
+from aioring import _binding, _loops, _ringbase
 
 
 def _pair(socks) -> tuple[socket.socket, socket.socket]:
@@ -97,8 +97,7 @@ async def test_cancelling_an_unsubmitted_send_takes_its_sqe_back(socks):
     if flush is None:  # begin an iteration whose flush is still to come
         ring._schedule_flush(loop)
     data = b"x" * 100
-    op = ring.start(loop, aioring._net._PREP_RW, (aioring._net._SEND, a.fileno(), data, 100, 0, 0),
-                    None, None, 0, unbounded=True)
+    op = ring.start(loop, None, (_binding.OP_SEND, a.fileno(), 0, 100, 0, 0), data, None, 0, unbounded=True)
     assert op.state == _ringbase._SUBMITTED and op.future is not None
     before = ring.statistics()
     _drain(b)  # room now: submitted, this send would go out
