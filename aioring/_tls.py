@@ -8,11 +8,12 @@ bytes that have not come yet.
 
 The layer meets the plain stream at one seam, and uses nothing else of it:
 
-* ciphertext in: a plain ``StreamReader`` on the channel, its
-  ``_wait_for_data()``, its ``_buffer`` and its ``_waiter`` (asyncio's own
-  reader state), whose bytes move to the incoming BIO in one piece; while
-  the program does not read, the channel's receiver's ``arm()`` (its receive
-  into that buffer, ``_armed`` while out, held back while ``_paused``);
+* ciphertext in: a plain ``StreamReader`` on the channel, its ``_buffer``,
+  its ``_waiter`` (asyncio's own reader state) and, for the handshake and
+  the shutdown, its ``_wait_for_data()``; once wrapped, the layer's own
+  waiter stands in that reader's ``_waiter`` and the channel's receiver's
+  ``arm()`` keeps a receive into the buffer out (``_armed`` while out, held
+  back while ``_paused``), whose completion hands the bytes to the layer;
 * ciphertext out: the channel's ``write()``, and ``_send()`` to hand a large
   write's slices to the kernel as they are encrypted (the peer decrypts one
   while this side encrypts the next), the send queue's ``_send_now()`` for the small writes
@@ -24,27 +25,29 @@ The layer meets the plain stream at one seam, and uses nothing else of it:
 
 Towards the program the layer is the transport of the ``StreamWriter``
 (``write``, ``drain``, ``close``, ``get_extra_info`` ...) and the source of
-the ``StreamReader``'s data: a read that finds the reader's buffer empty asks
-the layer, which decrypts what the incoming BIO holds, and reads more
-ciphertext only when that is not enough.  Reads of a record's size or more
-(``readinto``, ``readinto_exactly``) decrypt straight into the caller's
-buffer (``SSLObject.read(n, buffer)``); smaller ones, and asyncio's read,
-readline, readuntil and readexactly, take whole records into the reader's
-buffer.  The TLS library is asked for plaintext only when it holds some: an
+the ``StreamReader``'s data.  As asyncio's TLS transport, it reads all the
+time: a receive is kept out, and what it brings is decrypted as its
+completion comes in, within the ring's harvest, without waking a task.  A
+read that waits does so on one future, which that completion resolves only
+once the read has what it waits for: the bytes a ``readexactly`` or a small
+``readinto_exactly`` needs in the reader's buffer, or, for reads of a
+record's size or more (``readinto``, ``readinto_exactly``), plaintext
+decrypted straight into the caller's buffer (``SSLObject.read(n, buffer)``).
+A read whose bytes are there already returns without waiting.  The TLS
+library is asked for plaintext only when it holds some: an
 ``SSLWantReadError`` costs more than decrypting a small record.
 
-While the program does not read, a receive stays out all the same, as
-asyncio's TLS transport reads all the time: what comes is decrypted into the
-reader's buffer until that holds more than twice the reader's limit (reading
-resumes once it is down to the limit, asyncio's flow control), so a peer's
-close_notify is answered at once.  A program read takes the receive that is
-out over; ``pause_reading()`` stops all of it until ``resume_reading()``.
+While nobody reads, what comes is decrypted into the reader's buffer until
+that holds more than twice the reader's limit (reading resumes once it is
+down to the limit, asyncio's flow control), so a peer's close_notify is
+answered at once; ``pause_reading()`` stops all of it until
+``resume_reading()``.  An error found there (a bad record, the socket's)
+is handed to the loop, and the reader raises it.
 
-Decrypting is synchronous, so a read cancelled while it waits for
-ciphertext loses nothing: the ciphertext read either returned its bytes (they
-are in the incoming BIO before anything else runs) or never took any; a
-cancelled ``readinto_exactly`` puts what it decrypted back in front of the
-reader's buffer.
+Decrypting is synchronous, so a read cancelled while it waits loses
+nothing: what the receive brought is in the reader's buffer (or still in the
+incoming BIO), and a cancelled read into the caller's buffer puts what it
+decrypted there back in front of the reader's buffer.
 
 What asyncio does, and so this layer: a handshake that takes longer than
 ``ssl_handshake_timeout`` ends in ``ConnectionAbortedError``; a peer that
