@@ -222,6 +222,7 @@ class TLSLayer:
         # `_into_least` bytes.
         self._feed = _Feed(self)
         self._need = 0
+        self._catch_up_due = False  # _catch_up is due at the flush
         self._into: memoryview | None = None
         self._into_done = self._into_n = self._into_least = 0
         # Small writes waiting for the iteration's end, to be encrypted together.
@@ -384,10 +385,14 @@ class TLSLayer:
         waiter = reader._waiter
         woke = False
         try:
-            if waiter is None or waiter.done():
+            if waiter is None:
                 self._decrypt(reader)
+            elif waiter.done():
+                # The woken read comes first (a read into its caller's buffer
+                # takes what follows straight there); the rest at the flush.
+                self._catch_up_later()
             elif self._into is None:
-                self._decrypt(reader)
+                self._decrypt(reader, self._need)
                 woke = len(reader._buffer) >= self._need or reader._eof or self._error is not None
             else:
                 done = self._into_done
@@ -395,11 +400,11 @@ class TLSLayer:
                 if got > 0:
                     done = self._into_done = done + got
                     woke = done >= self._into_least
-                if woke:
-                    waiter.set_result(None)
-                    self._decrypt(reader)  # (what came after it, as when nobody reads)
-            if woke and not waiter.done():  # type: ignore[union-attr]
-                waiter.set_result(None)  # type: ignore[union-attr]
+            if woke:
+                if not waiter.done():  # type: ignore[union-attr]
+                    waiter.set_result(None)  # type: ignore[union-attr]
+                if self._incoming.pending:
+                    self._catch_up_later()
         except Exception as exc:
             self._loop.call_soon(self._broke, exc)
             return
@@ -409,6 +414,20 @@ class TLSLayer:
             reader._paused = True  # asyncio's flow control: reading resumes at the reader's limit
         else:
             self._listen()
+
+    def _catch_up_later(self) -> None:
+        if not self._catch_up_due:
+            self._catch_up_due = True
+            self._raw._ring.defer(self._catch_up)
+
+    def _catch_up(self) -> None:
+        """At the flush after a read ended: what it left in the incoming BIO
+        goes to the reader's buffer (a close_notify is answered), unless a
+        read waits again (it takes it itself)."""
+        self._catch_up_due = False
+        reader = self._reader
+        if reader is not None and reader._waiter is None:
+            self._take_in(reader)
 
     def _broke(self, exc: BaseException) -> None:
         reader = self._reader
@@ -491,9 +510,10 @@ class TLSLayer:
         if reader._exception is not None:
             raise reader._exception
 
-    def _decrypt(self, reader: StreamReader) -> bool:
+    def _decrypt(self, reader: StreamReader, need: int = sys.maxsize) -> bool:
         """Move the plaintext of the records the incoming BIO holds into the
-        reader's buffer: whether that gave the reader something (or its end)."""
+        reader's buffer (until it holds `need` bytes): whether that gave the
+        reader something (or its end)."""
         if self._error is not None:
             raise self._error
         buffer = reader._buffer
@@ -501,7 +521,7 @@ class TLSLayer:
         obj = self._obj
         incoming = self._incoming
         try:
-            while incoming.pending or (self._held and obj.pending()):
+            while (incoming.pending or (self._held and obj.pending())) and len(buffer) < need:
                 chunk = obj.read(_RECORD)
                 if not chunk:
                     self._peer_ended(reader, True)
@@ -532,7 +552,9 @@ class TLSLayer:
             self._incoming.write(raw._buffer)
             raw._buffer.clear()
         if self._incoming.pending or (self._held and self._obj.pending()) or self._error is not None:
-            self._decrypt(reader)
+            self._decrypt(reader, need)
+            if self._incoming.pending:
+                self._catch_up_later()  # (what this read leaves: see _catch_up)
         if len(reader._buffer) >= need or reader._eof or reader._exception is not None:
             return True
         if self._closing and self._wrapped:
@@ -650,7 +672,7 @@ class TLSLayer:
             self._failed(reader, exc)
             raise
         if self._incoming.pending:
-            self._take_in(reader)  # (a close_notify after it is answered)
+            self._catch_up_later()  # (a close_notify after it is answered)
         return done
 
     async def readinto(self, reader: StreamReader, view: memoryview) -> int:
