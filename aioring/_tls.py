@@ -14,11 +14,12 @@ The layer meets the plain stream at one seam, and uses nothing else of it:
   waiter stands in that reader's ``_waiter`` and the channel's receiver's
   ``arm()`` keeps a receive into the buffer out (``_armed`` while out, held
   back while ``_paused``), whose completion hands the bytes to the layer;
-* ciphertext out: the channel's ``write()``, and ``_send()`` to hand a large
+* ciphertext out: the channel's send queue (``_tx``, read directly: its
+  writes are the hot path): its ``write()``, ``send()`` to hand a large
   write's slices to the kernel as they are encrypted (the peer decrypts one
-  while this side encrypts the next), the send queue's ``_send_now()`` for the small writes
-  encrypted at the flush of the ring's ``defer()``, ``drain()`` and the
-  write-side state (``_pending_size``, ``_high``, ``_write_exc``);
+  while this side encrypts the next), ``_send_now()`` for the small writes
+  encrypted at the flush of the ring's ``defer()``, and its state
+  (``_pending_size``, ``_high``, ``_write_exc``); the channel's ``drain()``;
 * the end: the channel's ``close()``, ``abort()``, ``wait_closed()``,
   ``_fail()`` (an error wait_closed() raises), ``_closing``, ``_closed`` and
   ``_closed_future``.
@@ -191,6 +192,7 @@ class TLSLayer:
                  handshake_timeout: float | None, shutdown_timeout: float | None) -> None:
         self._loop = loop
         self._raw = raw
+        self._tx = raw._tx  # its send queue
         self._raw_reader = raw_reader
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
@@ -238,7 +240,7 @@ class TLSLayer:
         if self._outgoing.pending:
             data = self._outgoing.read()
             try:
-                self._raw.write(data)
+                self._tx.write(data)
             except (OSError, RuntimeError):
                 pass  # the connection failed already: its reader says so
 
@@ -782,7 +784,7 @@ class TLSLayer:
         encrypted at once)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data: expecting a bytes-like instance, got {type(data).__name__}")
-        if not data or self._closing or self._raw._write_exc is not None:
+        if not data or self._closing or self._tx._write_exc is not None:
             return
         total = data.nbytes if type(data) is memoryview else len(data)
         plain = self._plain
@@ -801,7 +803,7 @@ class TLSLayer:
         (the channel's own send would wait for the next)."""
         if self._plain:
             self._seal()
-            self._raw._tx._send_now()
+            self._tx._send_now()
 
     def _seal(self) -> None:
         """Encrypt the writes that wait, in one record."""
@@ -809,7 +811,7 @@ class TLSLayer:
         data = plain[0] if len(plain) == 1 else b"".join(plain)
         plain.clear()
         self._plain_size = 0
-        if self._raw._write_exc is None:
+        if self._tx._write_exc is None:
             try:
                 self._encrypt(data, len(data))
             except ssl.SSLError:
@@ -817,7 +819,7 @@ class TLSLayer:
 
     def _encrypt(self, data: Any, total: int) -> None:
         sslobj = self._obj
-        raw = self._raw
+        tx = self._tx
         try:
             if total <= _SLICE:
                 done = sslobj.write(data)
@@ -825,7 +827,7 @@ class TLSLayer:
                     view = memoryview(data).cast("B")
                     while done < total:
                         done += sslobj.write(view[done:])
-                raw.write(self._outgoing.read())
+                tx.write(self._outgoing.read())
                 return
             # A large write leaves in slices, each as soon as it is encrypted:
             # the peer decrypts one while this side encrypts the next.
@@ -833,8 +835,8 @@ class TLSLayer:
             done = 0
             while done < total:
                 done += sslobj.write(view[done:done + _SLICE])
-                raw.write(self._outgoing.read())
-                raw._send()
+                tx.write(self._outgoing.read())
+                tx.send()
         except ssl.SSLError as exc:
             if self._reader is not None:
                 self._failed(self._reader, exc)
@@ -858,12 +860,12 @@ class TLSLayer:
         reader = self._reader
         if reader is not None and reader._exception is not None:
             raise reader._exception
-        raw = self._raw
-        if (raw._pending_size + self._plain_size <= raw._high and raw._write_exc is None
-                and not self._closing):
+        tx = self._tx
+        if tx._pending_size + self._plain_size <= tx._high and tx._write_exc is None and not self._closing:
             return  # the common case: the iteration's flush encrypts and sends
         if self._plain:
             self._seal()
+        raw = self._raw
         if self._closing and not raw._closing:
             await asyncio.sleep(0)  # as asyncio's drain: let the close progress
             if raw._closed:
@@ -874,15 +876,15 @@ class TLSLayer:
     # What StreamWriter.drain's fast path reads of its transport.
     @property
     def _pending_size(self) -> int:
-        return self._raw._pending_size + self._plain_size
+        return self._tx._pending_size + self._plain_size
 
     @property
     def _high(self) -> int:
-        return self._raw._high
+        return self._tx._high
 
     @property
     def _write_exc(self) -> OSError | None:
-        return self._raw._write_exc
+        return self._tx._write_exc
 
     @property
     def _closed_future(self) -> asyncio.Future[None]:
