@@ -235,8 +235,11 @@ class StreamReader(asyncio.StreamReader):
         kind = type(buf)
         if kind is bytearray or (kind is memoryview and buf.format == "B" and buf.ndim == 1
                                  and buf.c_contiguous and not buf.readonly):
-            if self._tls is not None:
-                return await self._tls.readinto_exactly(self, buf)
+            tls = self._tls
+            if tls is not None:
+                if tls.take_exactly(self, buf):  # (all of it buffered already: no coroutine)
+                    return len(buf)
+                return await tls.readinto_exactly(self, buf)
             n = len(buf)
             if n < _READ_AHEAD:
                 # A small read (a frame's header, say): read ahead into the

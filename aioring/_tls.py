@@ -8,43 +8,47 @@ bytes that have not come yet.
 
 The layer meets the plain stream at one seam, and uses nothing else of it:
 
-* ciphertext in: a plain ``StreamReader`` on the channel, its
-  ``_wait_for_data()``, its ``_buffer`` and its ``_waiter`` (asyncio's own
-  reader state), whose bytes move to the incoming BIO in one piece; while
-  the program does not read, the channel's receiver's ``arm()`` (its receive
-  into that buffer, ``_armed`` while out, held back while ``_paused``);
-* ciphertext out: the channel's ``write()``, and ``_send()`` to hand a large
+* ciphertext in: a plain ``StreamReader`` on the channel, its ``_buffer``,
+  its ``_waiter`` (asyncio's own reader state) and, for the handshake and
+  the shutdown, its ``_wait_for_data()``; once wrapped, the layer's own
+  waiter stands in that reader's ``_waiter`` and the channel's receiver's
+  ``arm()`` keeps a receive into the buffer out (``_armed`` while out, held
+  back while ``_paused``), whose completion hands the bytes to the layer;
+* ciphertext out: the channel's send queue (``_tx``, read directly: its
+  writes are the hot path): its ``write()``, ``send()`` to hand a large
   write's slices to the kernel as they are encrypted (the peer decrypts one
-  while this side encrypts the next), the send queue's ``_send_now()`` for the small writes
-  encrypted at the flush of the ring's ``defer()``, ``drain()`` and the
-  write-side state (``_pending_size``, ``_high``, ``_write_exc``);
+  while this side encrypts the next), ``_send_now()`` for the small writes
+  encrypted at the flush of the ring's ``defer()``, and its state
+  (``_pending_size``, ``_high``, ``_write_exc``); the channel's ``drain()``;
 * the end: the channel's ``close()``, ``abort()``, ``wait_closed()``,
   ``_fail()`` (an error wait_closed() raises), ``_closing``, ``_closed`` and
   ``_closed_future``.
 
 Towards the program the layer is the transport of the ``StreamWriter``
 (``write``, ``drain``, ``close``, ``get_extra_info`` ...) and the source of
-the ``StreamReader``'s data: a read that finds the reader's buffer empty asks
-the layer, which decrypts what the incoming BIO holds, and reads more
-ciphertext only when that is not enough.  Reads of a record's size or more
-(``readinto``, ``readinto_exactly``) decrypt straight into the caller's
-buffer (``SSLObject.read(n, buffer)``); smaller ones, and asyncio's read,
-readline, readuntil and readexactly, take whole records into the reader's
-buffer.  The TLS library is asked for plaintext only when it holds some: an
+the ``StreamReader``'s data.  As asyncio's TLS transport, it reads all the
+time: a receive is kept out, and what it brings is decrypted as its
+completion comes in, within the ring's harvest, without waking a task.  A
+read that waits does so on one future, which that completion resolves only
+once the read has what it waits for: the bytes a ``readexactly`` or a small
+``readinto_exactly`` needs in the reader's buffer, or, for reads of a
+record's size or more (``readinto``, ``readinto_exactly``), plaintext
+decrypted straight into the caller's buffer (``SSLObject.read(n, buffer)``).
+A read whose bytes are there already returns without waiting.  The TLS
+library is asked for plaintext only when it holds some: an
 ``SSLWantReadError`` costs more than decrypting a small record.
 
-While the program does not read, a receive stays out all the same, as
-asyncio's TLS transport reads all the time: what comes is decrypted into the
-reader's buffer until that holds more than twice the reader's limit (reading
-resumes once it is down to the limit, asyncio's flow control), so a peer's
-close_notify is answered at once.  A program read takes the receive that is
-out over; ``pause_reading()`` stops all of it until ``resume_reading()``.
+While nobody reads, what comes is decrypted into the reader's buffer until
+that holds more than twice the reader's limit (reading resumes once it is
+down to the limit, asyncio's flow control), so a peer's close_notify is
+answered at once; ``pause_reading()`` stops all of it until
+``resume_reading()``.  An error found there (a bad record, the socket's)
+is handed to the loop, and the reader raises it.
 
-Decrypting is synchronous, so a read cancelled while it waits for
-ciphertext loses nothing: the ciphertext read either returned its bytes (they
-are in the incoming BIO before anything else runs) or never took any; a
-cancelled ``readinto_exactly`` puts what it decrypted back in front of the
-reader's buffer.
+Decrypting is synchronous, so a read cancelled while it waits loses
+nothing: what the receive brought is in the reader's buffer (or still in the
+incoming BIO), and a cancelled read into the caller's buffer puts what it
+decrypted there back in front of the reader's buffer.
 
 What asyncio does, and so this layer: a handshake that takes longer than
 ``ssl_handshake_timeout`` ends in ``ConnectionAbortedError``; a peer that
@@ -142,33 +146,39 @@ def server_context(ssl_arg: Any, handshake_timeout: float | None, shutdown_timeo
     return ssl_arg
 
 
-class _Watch:
-    """The raw reader's waiter while the program does not read: what wakes a
-    reader's task (the receive's bytes, the end, the socket's error) calls
-    the layer back instead (see TLSLayer._listen)."""
+class _Feed:
+    """The raw reader's waiter once the handshake is done, for the receive
+    the layer keeps out: the channel's receive hands it the ciphertext that
+    came (TLSLayer._fed, at once, without a task); the end of the socket or
+    its error reach the layer through the loop (TLSLayer._heard)."""
 
-    __slots__ = ("_layer", "done_")
+    __slots__ = ("_layer",)
 
     def __init__(self, layer: TLSLayer) -> None:
-        self.done_ = False
         self._layer = layer
 
     def done(self) -> bool:
-        return self.done_
+        return False  # (the channel hands it every receive's bytes)
 
     def cancelled(self) -> bool:
         return False
 
     def set_result(self, _: Any) -> None:
-        if not self.done_:
-            self.done_ = True
-            try:
-                self._layer._loop.call_soon(self._layer._heard, self)
-            except RuntimeError:
-                pass  # (the loop is closed: its ring ends the receive, nobody is left to tell)
+        layer = self._layer
+        raw = layer._raw_reader
+        if raw._eof or raw._exception is not None:
+            self._later()
+        else:
+            layer._fed()
 
     def set_exception(self, _: BaseException) -> None:
-        self.set_result(None)  # (the raw reader keeps it: see TLSLayer._take_in)
+        self._later()  # (the raw reader keeps it: see TLSLayer._fill)
+
+    def _later(self) -> None:
+        try:
+            self._layer._loop.call_soon(self._layer._heard)
+        except RuntimeError:
+            pass  # (the loop is closed: its ring ends the receive, nobody is left to tell)
 
 
 class TLSLayer:
@@ -182,6 +192,7 @@ class TLSLayer:
                  handshake_timeout: float | None, shutdown_timeout: float | None) -> None:
         self._loop = loop
         self._raw = raw
+        self._tx = raw._tx  # its send queue
         self._raw_reader = raw_reader
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
@@ -201,16 +212,21 @@ class TLSLayer:
         self._closing = False
         self._raw_eof = False  # the peer closed its end (no more ciphertext)
         self._notified = False  # the peer's close_notify came
-        self._reading = False  # a read of ciphertext is out
         self._timed_out: BaseException | None = None  # what the handshake or shutdown timer found
         self._error: ssl.SSLError | None = None  # a bad record's, raised once what came before is read
         self._timer: asyncio.TimerHandle | None = None
         self._shutdown_task: asyncio.Task[None] | None = None
         self._reader: StreamReader | None = None  # the program's reader, once wrapped
-        # While the program does not read: the raw reader's waiter for the
-        # receive that is out (see _listen), and whether a look is due.
-        self._watch: _Watch | None = None
-        self._idle_due = False
+        # Once wrapped, a receive is kept out (see _listen), whose ciphertext
+        # is decrypted as it comes (see _fed): for a read that waits for
+        # `_need` bytes in the reader's buffer or, reading straight into the
+        # caller's buffer, for `_into[_into_done:_into_n]` to hold
+        # `_into_least` bytes.
+        self._feed = _Feed(self)
+        self._need = 0
+        self._catch_up_due = False  # _catch_up is due at the flush
+        self._into: memoryview | None = None
+        self._into_done = self._into_n = self._into_least = 0
         # Small writes waiting for the iteration's end, to be encrypted together.
         self._plain: list[bytes] = []
         self._plain_size = 0
@@ -224,30 +240,24 @@ class TLSLayer:
         if self._outgoing.pending:
             data = self._outgoing.read()
             try:
-                self._raw.write(data)
+                self._tx.write(data)
             except (OSError, RuntimeError):
                 pass  # the connection failed already: its reader says so
 
-    async def _more(self, shutting_down: bool = False) -> bool:
-        """Move what the socket brought into the incoming BIO, all of it,
-        waiting for it if nothing came yet; False at the peer's end, or once
-        closing (only the shutdown reads then)."""
-        if self._raw_eof or (self._closing and self._wrapped and not shutting_down):
+    async def _more(self) -> bool:
+        """The handshake's and the shutdown's read: move what the socket
+        brought into the incoming BIO, all of it, waiting for it if nothing
+        came yet; False at the peer's end."""
+        if self._raw_eof:
             return False
         raw = self._raw_reader
+        if raw._waiter is self._feed:  # type: ignore[comparison-overlap]
+            raw._waiter = None  # (the receive that is out is this read's)
         buffer = raw._buffer
         if not buffer and not raw._eof:
             if raw._exception is not None:
                 raise raw._exception
-            self._reading = True
-            try:
-                if self._watch is not None:
-                    self._drop_watch(True)  # (the idle receive's bytes are this read's)
-                await raw._wait_for_data("read")
-            finally:
-                self._reading = False
-                if self._closing and self._wrapped and self._shutdown_task is None:
-                    self._start_waiting_for_close_notify()  # (close() left that to this read)
+            await raw._wait_for_data("read")
         if not buffer:
             if raw._exception is not None:
                 raise raw._exception
@@ -306,7 +316,14 @@ class TLSLayer:
         self._reader = reader
         reader._transport = self
         self._raw._closed_future.add_done_callback(self._connection_lost)
-        self._idle()
+        # At this iteration's flush (once the program could pause reading),
+        # what came with the handshake's end is taken in, and a receive goes out.
+        self._raw._ring.defer(self._attached)
+
+    def _attached(self) -> None:
+        reader = self._reader
+        if reader is not None and reader._waiter is None:  # (else a read took over)
+            self._take_in(reader)
 
     def _connection_lost(self, _: Any) -> None:
         """The socket is closed: what came stays readable, then the reader is
@@ -314,7 +331,12 @@ class TLSLayer:
         say), as after asyncio's connection_lost (a read that is out sees the
         end itself)."""
         reader = self._reader
-        if reader is None or reader._eof or reader._exception is not None or reader._waiter is not None:
+        if reader is None or reader._eof or reader._exception is not None:
+            return
+        waiter = reader._waiter
+        if waiter is not None:
+            if not waiter.done():
+                waiter.set_result(None)  # (the read sees the end itself: see _fill)
             return
         try:
             if self._incoming.pending or self._held:
@@ -333,93 +355,113 @@ class TLSLayer:
         else:
             reader.feed_eof()
 
-    # --------------------------------------------------------- idle reading
-    def _idle(self) -> None:
-        """A program's read ended: at this iteration's flush, unless a read
-        is out again by then, ciphertext is received while nobody reads."""
-        if not self._idle_due and self._watch is None and not self._closing:
-            self._idle_due = True
-            self._raw._ring.defer(self._on_idle)
-
-    def _on_idle(self) -> None:
-        self._idle_due = False
-        reader = self._reader
-        if reader is not None and reader._waiter is None:  # (else a read is out again)
-            self._take_in()  # (what the read left in the incoming BIO first)
-
+    # ------------------------------------------------------------- receiving
     def _listen(self) -> None:
-        """While the program does not read, as asyncio's TLS transport reads
-        all the time: what came is taken in (see _take_in), and a receive
-        is out for what comes, so that a close_notify is answered at once."""
-        self._drop_watch()
-        reader = self._reader
-        if (reader is None or self._watch is not None or self._reading or self._closing
-                or reader._waiter is not None or self._raw_eof or self._error is not None):
-            return
+        """Keep a receive out for _fed, as asyncio's TLS transport reads all
+        the time (unless paused by the program: resume_reading() arms it)."""
         raw = self._raw_reader
-        if raw._buffer or raw._eof or raw._exception is not None:
-            self._take_in()
-            return
-        if reader._paused:
-            if len(reader._buffer) > reader._limit:
-                return  # (asyncio's reader resumes its transport at the limit: resume_reading)
-            reader._paused = False
-        watch = self._watch = _Watch(self)
-        raw._waiter = watch  # type: ignore[assignment]
-        channel = self._raw
-        if not channel._rx._armed:
+        if raw._waiter is not self._feed:  # type: ignore[comparison-overlap]
+            if raw._waiter is not None or self._closing or self._raw_eof or self._reader is None:
+                return
+            raw._waiter = self._feed  # type: ignore[assignment]
+        rx = self._raw._rx
+        if not rx._armed and not raw._eof and raw._exception is None:
             try:
-                channel._rx.arm()  # (paused by the program: resume_reading() arms it)
+                rx.arm()
             except OSError:
-                pass  # the channel failed: the watch has its error (see _heard)
+                pass  # the channel failed: the feed has its error (see _heard)
 
-    def _resume_at_limit(self, reader: StreamReader) -> None:
-        """asyncio's reader's resumption of its transport, after a read of ours."""
-        if len(reader._buffer) <= reader._limit:
-            reader._paused = False
-            self._idle()
+    def _fed(self) -> None:
+        """A receive brought ciphertext (the channel's sink, through the raw
+        reader's waiter): decrypted at once, into the buffer of a direct read
+        that waits, or the reader's buffer; the program's read is woken only
+        once it has what it waits for, and the receive goes out again.  An
+        error is left to the loop (the sink must not raise)."""
+        reader = self._reader
+        if reader is None or self._closing or self._raw._rx._paused:
+            return  # (the shutdown takes it; or resume_reading())
+        raw = self._raw_reader
+        if raw._buffer:
+            self._incoming.write(raw._buffer)
+            raw._buffer.clear()
+        waiter = reader._waiter
+        woke = False
+        try:
+            if waiter is None:
+                self._decrypt(reader)
+            elif waiter.done():
+                # The woken read comes first (a read into its caller's buffer
+                # takes what follows straight there); the rest at the flush.
+                self._catch_up_later()
+            elif self._into is None:
+                self._decrypt(reader, self._need)
+                woke = len(reader._buffer) >= self._need or reader._eof or self._error is not None
+            else:
+                done = self._into_done
+                got = self._read_into(reader, self._into_n - done, self._into[done:])
+                if got > 0:
+                    done = self._into_done = done + got
+                    woke = done >= self._into_least
+            if woke:
+                if not waiter.done():  # type: ignore[union-attr]
+                    waiter.set_result(None)  # type: ignore[union-attr]
+                if self._incoming.pending:
+                    self._catch_up_later()
+        except Exception as exc:
+            self._loop.call_soon(self._broke, exc)
+            return
+        if reader._eof or self._closing or self._error is not None:
+            return
+        if len(reader._buffer) > 2 * reader._limit and (reader._waiter is None or reader._waiter.done()):
+            reader._paused = True  # asyncio's flow control: reading resumes at the reader's limit
+        else:
+            self._listen()
 
-    def _heard(self, watch: _Watch) -> None:
-        """The idle receive brought ciphertext, the end, or the socket's error."""
-        if watch is self._watch:  # (else a read took it over, or _take_in saw it done)
-            self._take_in()
+    def _catch_up_later(self) -> None:
+        if not self._catch_up_due:
+            self._catch_up_due = True
+            self._raw._ring.defer(self._catch_up)
 
-    def _drop_watch(self, always: bool = False) -> None:
-        """Nothing waits for the idle receive any more: it is over, or
-        (`always`) a read takes it over."""
-        watch = self._watch
-        if watch is not None and (always or watch.done_):
-            self._watch = None
-            raw = self._raw_reader
-            if raw._waiter is watch:  # type: ignore[comparison-overlap]
-                raw._waiter = None
+    def _catch_up(self) -> None:
+        """At the flush after a read ended: what it left in the incoming BIO
+        goes to the reader's buffer (a close_notify is answered), unless a
+        read waits again (it takes it itself)."""
+        self._catch_up_due = False
+        reader = self._reader
+        if reader is not None and reader._waiter is None:
+            self._take_in(reader)
 
-    def _take_in(self) -> None:
-        """What came while the program does not read: its plaintext goes to
-        the reader's buffer, as asyncio's TLS transport feeds the reader,
-        until that holds more than twice the reader's limit (then the reader
-        resumes reading at its limit, as asyncio's pauses its transport); a
+    def _broke(self, exc: BaseException) -> None:
+        reader = self._reader
+        if reader is not None and reader._exception is None:
+            self._failed(reader, exc)
+
+    def _heard(self) -> None:
+        """The receive found the socket's end or its error: a read that
+        waits sees it itself (see _fill); else the stream ends here."""
+        raw = self._raw_reader
+        if raw._waiter is self._feed:  # type: ignore[comparison-overlap]
+            raw._waiter = None
+        reader = self._reader
+        if reader is None or self._closing or reader._eof or reader._exception is not None:
+            return
+        waiter = reader._waiter
+        if waiter is None:
+            self._take_in(reader)
+        elif not waiter.done():
+            waiter.set_result(None)
+
+    def _take_in(self, reader: StreamReader) -> None:
+        """While the program does not read: what came goes to the reader's
+        buffer, as asyncio's TLS transport feeds its reader, until that holds
+        more than twice the reader's limit (then it resumes at the limit); a
         close_notify ends the stream and is answered; the peer's end without
         one, or the socket's error, end it as a read would."""
-        self._drop_watch()
-        reader = self._reader
-        if (reader is None or self._closing or self._reading or reader._waiter is not None
-                or reader._eof or reader._exception is not None or self._error is not None
+        if (self._closing or reader._eof or reader._exception is not None or self._error is not None
                 or self._raw._rx._paused):
             return  # (paused by the program: nothing is decrypted, as with asyncio's)
-        raw = self._raw_reader
         try:
-            if raw._buffer:
-                self._incoming.write(raw._buffer)
-                raw._buffer.clear()
-            if self._incoming.pending or (self._held and self._obj.pending()):
-                self._decrypt(reader)
-            if reader._eof or self._closing:
-                return  # (a close_notify)
-            if raw._eof or raw._exception is not None:
-                self._raw_eof = True
-                self._peer_ended(reader, False)
-                return
+            self._fill(reader, sys.maxsize)
         except OSError as exc:  # (ssl.SSLError among them)
             if reader._exception is None:
                 if isinstance(exc, ssl.SSLError) and reader._buffer:
@@ -427,9 +469,18 @@ class TLSLayer:
                 else:
                     self._failed(reader, exc)
             return
+        if reader._eof or self._closing:
+            return
         if len(reader._buffer) > 2 * reader._limit:
             reader._paused = True
+            return
         self._listen()
+
+    def _resume_at_limit(self, reader: StreamReader) -> None:
+        """asyncio's reader's resumption of its transport, after a read of ours."""
+        if len(reader._buffer) <= reader._limit:
+            reader._paused = False
+            self._listen()
 
     # -------------------------------------------------------------- reading
     def _claim(self, reader: StreamReader, func_name: str) -> None:
@@ -461,9 +512,10 @@ class TLSLayer:
         if reader._exception is not None:
             raise reader._exception
 
-    def _decrypt(self, reader: StreamReader) -> bool:
+    def _decrypt(self, reader: StreamReader, need: int = sys.maxsize) -> bool:
         """Move the plaintext of the records the incoming BIO holds into the
-        reader's buffer: whether that gave the reader something (or its end)."""
+        reader's buffer (until it holds `need` bytes): whether that gave the
+        reader something (or its end)."""
         if self._error is not None:
             raise self._error
         buffer = reader._buffer
@@ -471,7 +523,7 @@ class TLSLayer:
         obj = self._obj
         incoming = self._incoming
         try:
-            while incoming.pending or (self._held and obj.pending()):
+            while (incoming.pending or (self._held and obj.pending())) and len(buffer) < need:
                 chunk = obj.read(_RECORD)
                 if not chunk:
                     self._peer_ended(reader, True)
@@ -493,23 +545,58 @@ class TLSLayer:
                 self._flush()  # (a TLS 1.3 key update, say)
         return len(buffer) > before
 
-    async def wait_for_data(self, reader: StreamReader, func_name: str) -> None:
-        """StreamReader._wait_for_data's part: some plaintext in the reader's
-        buffer, or its end, or the error that ended the connection."""
-        self._claim(reader, func_name)
-        incoming = self._incoming
-        obj = self._obj
+    def _fill(self, reader: StreamReader, need: int) -> bool:
+        """What came, decrypted into the reader's buffer: True once that holds
+        `need` bytes or the stream's end (the read goes on at once), False
+        while more ciphertext must come.  Raises the error that ended it."""
+        raw = self._raw_reader
+        if raw._buffer:
+            self._incoming.write(raw._buffer)
+            raw._buffer.clear()
+        if self._incoming.pending or (self._held and self._obj.pending()) or self._error is not None:
+            self._decrypt(reader, need)
+            if self._incoming.pending:
+                self._catch_up_later()  # (what this read leaves: see _catch_up)
+        if len(reader._buffer) >= need or reader._eof or reader._exception is not None:
+            return True
+        if self._closing and self._wrapped:
+            self._peer_ended(reader, False)  # (closed by the program: its shutdown reads the rest)
+            return True
+        if raw._eof or raw._exception is not None:
+            if raw._exception is not None:
+                raise raw._exception
+            self._raw_eof = True
+            self._peer_ended(reader, False)
+            return True
+        return False
+
+    def _want(self, reader: StreamReader, need: int, func_name: str) -> asyncio.Future[None] | None:
+        """A read's wait for `need` bytes in the reader's buffer: None when
+        that (or the end) is there already, else the future _fed resolves."""
+        if reader._waiter is not None:
+            raise RuntimeError(f"{func_name}() called while another coroutine is already "
+                               "waiting for incoming data")
         try:
-            while not ((incoming.pending or (self._held and obj.pending())) and self._decrypt(reader)):
-                if not await self._more():
-                    self._peer_ended(reader, False)
-                    return
+            if self._fill(reader, need):
+                return None
         except BaseException as exc:
             self._failed(reader, exc)
             raise
-        finally:
-            reader._waiter = None
-            self._idle()
+        waiter = reader._waiter = self._loop.create_future()
+        self._need = need
+        reader._paused = False  # (as asyncio's reader: a read that waits resumes reading)
+        self._listen()
+        return waiter
+
+    async def wait_for_data(self, reader: StreamReader, func_name: str) -> None:
+        """StreamReader._wait_for_data's part: some plaintext in the reader's
+        buffer, or its end, or the error that ended the connection."""
+        waiter = self._want(reader, len(reader._buffer) + 1, func_name)
+        if waiter is not None:
+            try:
+                await waiter
+            finally:
+                reader._waiter = None
 
     def _read_into(self, reader: StreamReader, n: int, view: memoryview) -> int:
         """Decrypt at most n bytes into view, from as many records as the
@@ -548,6 +635,48 @@ class TLSLayer:
             return 0
         return done or -1
 
+    async def _decrypt_into(self, reader: StreamReader, view: memoryview, done: int, n: int,
+                            least: int) -> int:
+        """Decrypt straight into view[done:n] until it holds `least` bytes,
+        or the stream ends: how many it holds.  The caller claimed the
+        reader; a cancelled read puts what it holds back in front of the
+        reader's buffer."""
+        raw = self._raw_reader
+        try:
+            while True:
+                if raw._buffer:
+                    self._incoming.write(raw._buffer)
+                    raw._buffer.clear()
+                got = self._read_into(reader, n - done, view[done:])
+                if got > 0:
+                    done += got
+                    if done >= least:
+                        break
+                    continue
+                if got == 0 or reader._eof:
+                    break
+                if self._fill(reader, 1):  # (the end: nothing came)
+                    break
+                waiter = reader._waiter = self._loop.create_future()
+                self._into, self._into_done, self._into_n, self._into_least = view, done, n, least
+                self._listen()
+                try:
+                    await waiter
+                finally:
+                    done = self._into_done
+                    self._into = None
+                    reader._waiter = self._busy
+                if done >= least or reader._eof:
+                    break
+        except BaseException as exc:
+            if done:
+                reader._buffer[:0] = view[:done]  # nothing decrypted is lost
+            self._failed(reader, exc)
+            raise
+        if self._incoming.pending:
+            self._catch_up_later()  # (a close_notify after it is answered)
+        return done
+
     async def readinto(self, reader: StreamReader, view: memoryview) -> int:
         """StreamReader.readinto's part: buffered plaintext first; else a
         record's size or more is decrypted straight into `view`, less
@@ -560,7 +689,11 @@ class TLSLayer:
         buffered = reader._buffer
         if not buffered and not reader._eof:
             if n >= _RECORD:
-                return await self._decrypt_into(reader, view, n)
+                self._claim(reader, "readinto")
+                try:
+                    return await self._decrypt_into(reader, view, 0, n, 1)
+                finally:
+                    reader._waiter = None
             await self.wait_for_data(reader, "readinto")
         k = min(n, len(buffered))
         with memoryview(buffered) as m:
@@ -570,22 +703,18 @@ class TLSLayer:
             self._resume_at_limit(reader)
         return k
 
-    async def _decrypt_into(self, reader: StreamReader, view: memoryview, n: int) -> int:
-        self._claim(reader, "readinto")
-        try:
-            while True:
-                got = self._read_into(reader, n, view)
-                if got >= 0:
-                    return got
-                if not await self._more():
-                    self._peer_ended(reader, False)
-                    return 0
-        except BaseException as exc:
-            self._failed(reader, exc)
-            raise
-        finally:
-            reader._waiter = None
-            self._idle()
+    def take_exactly(self, reader: StreamReader, buf: bytearray | memoryview) -> bool:
+        """readinto_exactly at once, when the reader's buffer holds all of a
+        small read (a frame's payload after its header): whether it did."""
+        n = len(buf)
+        buffered = reader._buffer
+        if n >= _RECORD or len(buffered) < n or reader._exception is not None:
+            return False
+        buf[:] = buffered[:n]  # same length: a bytearray is not resized
+        del buffered[:n]
+        if reader._paused:
+            self._resume_at_limit(reader)
+        return True
 
     async def readinto_exactly(self, reader: StreamReader, buf: bytearray | memoryview) -> int:
         """StreamReader.readinto_exactly's part (`buf`: a bytearray or a
@@ -596,17 +725,22 @@ class TLSLayer:
         n = len(buf)
         buffered = reader._buffer
         if n < _RECORD:
-            while len(buffered) < n:
-                if reader._eof:
+            # (StreamReader.readinto_exactly tried take_exactly already.)
+            while True:
+                waiter = self._want(reader, n, "readinto_exactly")
+                if waiter is not None:
+                    try:
+                        await waiter
+                    finally:
+                        reader._waiter = None
+                if self.take_exactly(reader, buf):
+                    return n
+                if reader._exception is not None:
+                    raise reader._exception
+                if waiter is None:  # the end
                     partial = bytes(buffered)
                     buffered.clear()
                     raise asyncio.IncompleteReadError(partial, n)
-                await self.wait_for_data(reader, "readinto_exactly")
-            buf[:] = buffered[:n]  # same length: a bytearray is not resized
-            del buffered[:n]
-            if reader._paused:
-                self._resume_at_limit(reader)
-            return n
         view = memoryview(buf)
         try:
             return await self._readinto_exactly(reader, view, n)
@@ -630,23 +764,9 @@ class TLSLayer:
         done = k
         if not reader._eof:
             try:
-                while done < n:
-                    got = self._read_into(reader, n - done, view[done:])
-                    if got > 0:
-                        done += got
-                    elif got == 0:
-                        break
-                    elif not await self._more():
-                        self._peer_ended(reader, False)
-                        break
-            except BaseException as exc:
-                if done:
-                    buffered[:0] = view[:done]  # nothing decrypted is lost
-                self._failed(reader, exc)
-                raise
+                done = await self._decrypt_into(reader, view, done, n, n)
             finally:
                 reader._waiter = None
-                self._idle()
         if done < n:
             raise asyncio.IncompleteReadError(bytes(view[:done]), n)
         return n
@@ -664,7 +784,7 @@ class TLSLayer:
         encrypted at once)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data: expecting a bytes-like instance, got {type(data).__name__}")
-        if not data or self._closing or self._raw._write_exc is not None:
+        if not data or self._closing or self._tx._write_exc is not None:
             return
         total = data.nbytes if type(data) is memoryview else len(data)
         plain = self._plain
@@ -683,7 +803,7 @@ class TLSLayer:
         (the channel's own send would wait for the next)."""
         if self._plain:
             self._seal()
-            self._raw._tx._send_now()
+            self._tx._send_now()
 
     def _seal(self) -> None:
         """Encrypt the writes that wait, in one record."""
@@ -691,7 +811,7 @@ class TLSLayer:
         data = plain[0] if len(plain) == 1 else b"".join(plain)
         plain.clear()
         self._plain_size = 0
-        if self._raw._write_exc is None:
+        if self._tx._write_exc is None:
             try:
                 self._encrypt(data, len(data))
             except ssl.SSLError:
@@ -699,7 +819,7 @@ class TLSLayer:
 
     def _encrypt(self, data: Any, total: int) -> None:
         sslobj = self._obj
-        raw = self._raw
+        tx = self._tx
         try:
             if total <= _SLICE:
                 done = sslobj.write(data)
@@ -707,7 +827,7 @@ class TLSLayer:
                     view = memoryview(data).cast("B")
                     while done < total:
                         done += sslobj.write(view[done:])
-                raw.write(self._outgoing.read())
+                tx.write(self._outgoing.read())
                 return
             # A large write leaves in slices, each as soon as it is encrypted:
             # the peer decrypts one while this side encrypts the next.
@@ -715,8 +835,8 @@ class TLSLayer:
             done = 0
             while done < total:
                 done += sslobj.write(view[done:done + _SLICE])
-                raw.write(self._outgoing.read())
-                raw._send()
+                tx.write(self._outgoing.read())
+                tx.send()
         except ssl.SSLError as exc:
             if self._reader is not None:
                 self._failed(self._reader, exc)
@@ -740,12 +860,12 @@ class TLSLayer:
         reader = self._reader
         if reader is not None and reader._exception is not None:
             raise reader._exception
-        raw = self._raw
-        if (raw._pending_size + self._plain_size <= raw._high and raw._write_exc is None
-                and not self._closing):
+        tx = self._tx
+        if tx._pending_size + self._plain_size <= tx._high and tx._write_exc is None and not self._closing:
             return  # the common case: the iteration's flush encrypts and sends
         if self._plain:
             self._seal()
+        raw = self._raw
         if self._closing and not raw._closing:
             await asyncio.sleep(0)  # as asyncio's drain: let the close progress
             if raw._closed:
@@ -756,15 +876,15 @@ class TLSLayer:
     # What StreamWriter.drain's fast path reads of its transport.
     @property
     def _pending_size(self) -> int:
-        return self._raw._pending_size + self._plain_size
+        return self._tx._pending_size + self._plain_size
 
     @property
     def _high(self) -> int:
-        return self._raw._high
+        return self._tx._high
 
     @property
     def _write_exc(self) -> OSError | None:
-        return self._raw._write_exc
+        return self._tx._write_exc
 
     @property
     def _closed_future(self) -> asyncio.Future[None]:
@@ -789,7 +909,7 @@ class TLSLayer:
 
     def resume_reading(self) -> None:
         self._raw.resume_reading()
-        self._idle()  # (also asyncio's reader's: its buffer is down to its limit)
+        self._fed()  # what came meanwhile (also asyncio's reader's call: its buffer is down to its limit)
 
     def get_write_buffer_size(self) -> int:
         return self._raw.get_write_buffer_size() + self._plain_size
@@ -819,11 +939,6 @@ class TLSLayer:
             pass  # the usual case: ours is out, theirs is to come
         self._flush()
         self._timer = self._loop.call_later(self._shutdown_timeout, self._shutdown_timed_out)
-        if not self._reading:
-            self._start_waiting_for_close_notify()
-        # (else the read that is out starts it when it ends)
-
-    def _start_waiting_for_close_notify(self) -> None:
         self._shutdown_task = self._loop.create_task(self._wait_for_close_notify())
 
     async def _wait_for_close_notify(self) -> None:
@@ -836,7 +951,7 @@ class TLSLayer:
                     pass
                 except (ssl.SSLError, ValueError):
                     break  # (the peer's data after ours, say: the shutdown ends there)
-                if not await self._more(shutting_down=True):
+                if not await self._more():
                     break
         except (OSError, RuntimeError):
             pass  # the socket's error: it is closed anyway

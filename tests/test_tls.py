@@ -632,3 +632,35 @@ async def test_writes_of_one_iteration_arrive_as_written(certs: Certs, module: A
     await writer.wait_closed()
     server.close()
     await server.wait_closed()
+
+
+async def test_pause_reading_keeps_what_comes_until_resume_reading(certs: Certs) -> None:
+    """transport.pause_reading() over TLS: reads wait and nothing that came
+    meanwhile is lost; resume_reading() hands it over in order."""
+    payload = pattern(600_000, 5)  # (more than one receive brings: see the read that waits)
+
+    async def handler(reader: Any, writer: Any) -> None:
+        assert await reader.readexactly(1) == b"!"
+        writer.write(payload)
+        await writer.drain()
+        await reader.read()
+        writer.close()
+
+    server, port = await serve(aioring, handler, certs)
+    reader, writer = await connect(aioring, port, certs)
+    transport = writer.transport
+    transport.pause_reading()
+    assert not transport.is_reading()
+    writer.write(b"!")
+    await writer.drain()
+    read = asyncio.ensure_future(reader.readexactly(len(payload)))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not read.done()
+    transport.resume_reading()
+    assert transport.is_reading()
+    assert await read == payload
+    writer.close()
+    await writer.wait_closed()
+    server.close()
+    await server.wait_closed()
