@@ -40,18 +40,24 @@ from ._ops import MAX_RW
 from ._ringbase import _DONE as _OP_DONE
 from ._ringbase import _WAITING as _OP_WAITING
 from ._loops import get_ring
-from ._ringbase import Op, os_error, ready
+from ._ringbase import Op, RingBase, os_error, ready
+from ._core import RECV_CHUNK
+from ._core import Receiver as _ReceiveTarget
 
 if TYPE_CHECKING:
     from ._streams import StreamReader
 
 _HIGH_WATER = 64 * 1024  # asyncio's transports' defaults
-_CHUNK = 256 * 1024  # what asyncio's socket transport receives at a time
+_CHUNK = RECV_CHUNK  # what asyncio's socket transport receives at a time
 # Mutable buffers this large are copied into memory the channel reuses.
 _POOL_MIN = 256 * 1024
 # Pending writes up to this much in all are joined into one send.
 _JOIN_MAX = 16 * 1024
 _IOV_MAX = 1024
+# Receives of fewer bytes are started again by the core at once (see
+# _Receiver); larger ones are bulk data, which the reader receives straight
+# into its own buffer (the streams' _READ_AHEAD).
+_REARM_MAX = 16 * 1024
 _CHARS = ffi.typeof("char[]")
 _from_buffer = ffi.from_buffer
 _alloc = ffi.new_allocator(should_clear_after_alloc=False)
@@ -262,34 +268,65 @@ class _Side:
     every operation, copied: the channel, its loop, ring, fd and owner."""
 
     __slots__ = ("_channel", "_fd", "_is_socket", "_loop", "_owner", "_ring")
+    _channel: _Channel
+    _loop: asyncio.AbstractEventLoop
+    _ring: RingBase
+    _fd: int
+    _owner: Any
+    _is_socket: bool
 
     def __init__(self, channel: _Channel) -> None:
-        self._channel = channel
-        self._loop = channel._loop
-        self._ring = channel._ring
-        self._fd = channel._fd
-        self._owner = channel._owner
-        self._is_socket = channel._is_socket
+        _copy_side(self, channel)
 
 
-class _Receiver(_Side):
+def _copy_side(side: _Side | _Receiver, channel: _Channel) -> None:
+    """Copy what `side` reads of its channel on every operation (the
+    receive target has these slots of its own, its base being the core's)."""
+    side._channel = channel
+    side._loop = channel._loop
+    side._ring = channel._ring
+    side._fd = channel._fd
+    side._owner = channel._owner
+    side._is_socket = channel._is_socket
+
+
+class _Receiver(_ReceiveTarget):
     """The receive target of a channel: fills its reader's buffer, or the
-    caller's buffer for readinto; pause_reading's state."""
+    caller's buffer for readinto; pause_reading's state.
 
-    __slots__ = ("_armed", "_chunk", "_chunk_buffer", "_closing", "_op", "_paused", "_paused_skip",
-                 "_pull_backoff", "_pull_skip", "_read_op", "_reader", "_resumed", "_scratch")
+    The policy over the core's Receiver (src/channel.h), which takes the
+    completions of the receive into the reader's buffer, appends their bytes
+    and starts the receive again, all in C, and hands this class the rest
+    (_received): EOF, errors, closing and pause.  Its _reader, _armed,
+    _closing and _paused are the C side's fields."""
+
+    __slots__ = ("_channel", "_fd", "_held", "_is_socket", "_loop", "_op", "_owner", "_paused_skip",
+                 "_pull_backoff", "_pull_skip", "_read_op", "_resumed", "_ring", "_scratch")
+
+    _reader: StreamReader | None
+    _channel: _Channel
+    _loop: asyncio.AbstractEventLoop
+    _ring: RingBase
+    _fd: int
+    _owner: Any
+    _is_socket: bool
 
     def __init__(self, channel: _Channel) -> None:
-        super().__init__(channel)
+        _copy_side(self, channel)
         self._scratch = _scratch()
-        self._reader: StreamReader | None = None
         # The receive into the reader's buffer: one op, started again for
-        # every receive (see arm): a poll until data first arrives, then a
-        # receive into a chunk of this channel's own.
+        # every receive (see arm), by the core itself after a small receive
+        # (up to _READ_AHEAD: larger ones are bulk data, which the reader
+        # receives straight into its own buffer) while the reader's buffer
+        # is below its limit: a poll until data first arrives, then a
+        # receive into the chunk of the core's Receiver.
         self._op: Op | None = None
-        self._chunk: Any = None
-        self._chunk_buffer: Any = None
-        self._armed = False
+        ring = self._ring
+        opcode = _RECV if self._is_socket else _READ
+        if ring.fd >= 0 and ring.supports(opcode):  # (the threads backend, an emulated opcode: Python arms)
+            self._core = ring._core
+            self._flush = ring._schedule_flush
+            self._rearm_max = _REARM_MAX
         self._read_op: Op | None = None  # a receive into the caller's buffer in flight, if any
         # A read that finds its data already there takes it at once, without
         # waiting (MSG_DONTWAIT, RWF_NOWAIT): no ring op, no wake-up.  After a
@@ -301,6 +338,7 @@ class _Receiver(_Side):
         # reader's reads wait), as with asyncio's transport.
         self._paused = False
         self._paused_skip = 0  # _pull_skip, kept while paused
+        self._held: bytearray | None = None  # what a receive brought after pause_reading()
         self._resumed: asyncio.Future[None] | None = None  # a receive waiting for resume_reading()
         self._closing = False
 
@@ -310,6 +348,11 @@ class _Receiver(_Side):
             return
         self._paused = True
         self._paused_skip, self._pull_skip = self._pull_skip, 1 << 63  # (no direct reads either)
+        if self._armed:
+            # Nothing is received from now on, as asyncio's transport stops
+            # reading: the receive out is cancelled (what it brought first is kept).
+            assert self._op is not None
+            self._ring.cancel(self._op)
 
     def resume(self) -> None:
         if not self._paused:
@@ -325,6 +368,16 @@ class _Receiver(_Side):
         """Paused no more; a receive that waits for it goes on."""
         self._paused = False
         self._pull_skip = self._paused_skip
+        held = self._held
+        if held is not None:
+            self._held = None
+            reader = self._reader
+            assert reader is not None
+            reader._buffer += held
+            waiter = reader._waiter
+            if waiter is not None and not waiter.done():
+                reader._waiter = None  # (as asyncio's reader wakes it)
+                waiter.set_result(None)
         resumed = self._resumed
         if resumed is not None and not resumed.done():
             resumed.set_result(None)
@@ -388,7 +441,7 @@ class _Receiver(_Side):
         self._armed = True
         try:
             if op.prep is None:
-                op.pin(self._chunk_buffer, True)  # (until its CQE; a poll holds no buffer)
+                op.pin(self, True)  # the core's chunk, until its CQE (a poll holds no buffer)
             self._ring.restart(self._loop, op)
         except BaseException as exc:
             if op.state == _OP_WAITING:  # it never reached the kernel
@@ -401,35 +454,26 @@ class _Receiver(_Side):
         """The op that arm() starts again for every receive: while nothing has
         arrived on a socket, a poll, holding no buffer (see _polled); from
         then on a receive into a chunk of the channel's own."""
-        if self._chunk is None and self._is_socket and self._pull_skip < _RING_ONLY:
+        if not self.has_chunk and self._is_socket and self._pull_skip < _RING_ONLY:
             op = Op(None, _PREP_POLL, (self._fd, _POLLIN), None, None, 0)
             op.sink = self._polled
         else:
-            if self._chunk is None:
-                self._new_chunk()
             if self._is_socket:
-                args = (_RECV, self._fd, 0, _CHUNK, 0, 0)
+                args = (_RECV, self._fd, 0, RECV_CHUNK, 0, 0)
             else:
-                args = (_READ, self._fd, 0, _CHUNK, -1, 0)
+                args = (_READ, self._fd, 0, RECV_CHUNK, -1, 0)
             op = Op(None, None, args, None, None, _POLLIN)  # (the core prepares it)
-            op.sink = self._received
+            op.sink = self  # the core's own target kind: its CQE never calls Python but for _received
         op.unbounded = True
         return op
-
-    def _new_chunk(self) -> None:
-        """The chunk the receives fill (not zeroed, as _scratch), and the
-        buffer object over it that each receive pins."""
-        chunk = self._chunk = _alloc(_CHARS, _CHUNK)
-        self._chunk_buffer = ffi.buffer(chunk)
 
     def _polled(self, res: int) -> None:
         """The CQE of the poll (the ring's sink): data, EOF or an error is
         there.  Received at once into a chunk, which the next receives use."""
         if res >= 0:
             self._op = None  # (the next arm() makes the receive into the chunk)
-            self._new_chunk()
             try:
-                res = self._owner.recv_into(self._chunk_buffer, _CHUNK, _DONTWAIT)
+                res = self._owner.recv_into(self, RECV_CHUNK, _DONTWAIT)  # (the core's chunk, made here)
             except BlockingIOError:
                 if not self._closing:
                     self._armed = False
@@ -446,17 +490,26 @@ class _Receiver(_Side):
         self._received(res)
 
     def _received(self, res: int) -> None:
-        """The CQE of the receive into the reader's buffer (the ring's sink)."""
+        """A completion of the receive into the reader's buffer that the core
+        hands policy (see src/channel.h): EOF, an error, closing, paused."""
         self._armed = False
         reader = self._reader
         assert reader is not None
         if res > 0:
-            reader._buffer.extend(ffi.buffer(self._chunk, res))  # feed_data, less a transport's needs
-            waiter = reader._waiter
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
+            if self._paused:
+                # Came before pause_reading()'s cancel: held back until resume_reading().
+                if self._held is None:
+                    self._held = bytearray()
+                self._held += memoryview(self)[:res]
+            else:
+                self._deliver(res)  # the core's: into the reader's buffer, its waiter woken
         elif res == 0 or (res == -_ECANCELED and self._closing):
             reader.feed_eof()  # (closed under the read: end of stream, as asyncio's reader sees it)
+        elif res == -_ECANCELED:
+            # Cancelled by pause_reading(): a read that waits since resume_reading() goes on.
+            waiter = reader._waiter
+            if not self._paused and waiter is not None and not waiter.done():
+                self.arm()
         else:
             self._channel._fail(os_error(res))
         if self._closing:
@@ -473,6 +526,14 @@ class _Receiver(_Side):
         while self._paused and not self._closing:
             resumed = self._resumed = self._loop.create_future()
             await resumed
+            reader = self._reader
+            if reader is not None and reader._buffer:
+                # What a receive brought after pause_reading() (see _received) comes first.
+                buffered = reader._buffer
+                k = min(n, len(buffered))
+                buffer[start:start + k] = buffered[:k]
+                del buffered[:k]
+                return k
         if self._closing:
             return 0
         if self._is_socket:

@@ -52,3 +52,20 @@ class Core:
     def harvest(self) -> list[tuple[int, int]]: ...
     def mute(self) -> None: ...
     def detach(self) -> None: ...
+
+# The channel's receive target (src/channel.c; see src/channel.h).
+RECV_CHUNK: int
+
+class Receiver:
+    _reader: Any
+    _core: Core | None
+    _flush: Callable[[], None] | None
+    _rearm_max: int
+    _buffer_max: int
+    _armed: bool
+    _closing: bool
+    _paused: bool
+    has_chunk: bool
+    def __call__(self, res: int, /) -> None: ...
+    def _deliver(self, res: int, /) -> None: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...  # (3.12+; the chunk)

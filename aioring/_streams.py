@@ -124,6 +124,7 @@ class StreamReader(asyncio.StreamReader):
         self._channel = channel
         self._rx = rx = channel._rx
         rx._reader = self
+        rx._buffer_max = self._limit  # (the core receives ahead up to the reader's limit)
 
     def _begin(self, func_name: str) -> None:
         if self._waiter is not None:

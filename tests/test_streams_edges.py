@@ -643,3 +643,60 @@ async def test_close_while_paused_ends_a_waiting_read_at_eof(impl, reading, sock
         with pytest.raises(asyncio.IncompleteReadError):
             await asyncio.wait_for(task, 5)
     await asyncio.wait_for(writer.wait_closed(), 5)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_bytes_received_ahead_keep_their_order_with_reads_into_the_callers_buffer(impl, socks):
+    """Small reads let the stream receive ahead into its buffer; larger
+    reads then take those bytes first and the rest from the socket: the
+    stream's bytes come out whole and in order, as with asyncio's reader."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await _streams(impl, a)
+    data = os.urandom(300_000)
+    b.sendall(data[:10])
+    got = bytearray(await reader.readexactly(4))
+    b.sendall(data[10:40_000])  # (the next receive may be out already)
+    got += await reader.readexactly(6)
+    if impl == "aioring":
+        buf = bytearray(100_000)
+        b.sendall(data[40_000:150_000])
+        assert await reader.readinto_exactly(buf) == len(buf)
+        got += buf
+        b.sendall(data[150_000:])
+        while len(got) < len(data):
+            view = memoryview(bytearray(70_000))
+            got += view[:await reader.readinto(view)]
+    else:
+        b.sendall(data[40_000:])
+        got += await reader.readexactly(len(data) - len(got))
+    assert got == data
+    await _close(writer)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_receiving_ahead_stops_near_the_readers_limit(impl, socks):
+    """A reader that does not read holds at most what asyncio's would (its
+    transport pauses above twice the limit, after a receive of up to 256
+    KiB); the rest stays in the socket and comes with the next reads."""
+    a, b = _tcp_pair(socks)
+    limit = 4096
+    if impl == "aioring":
+        reader, writer = await aioring.open_connection(sock=a, limit=limit)
+    else:
+        reader, writer = await asyncio.open_connection(sock=a, limit=limit)
+    b.sendall(b"x")
+    assert await reader.readexactly(1) == b"x"
+    b.setblocking(False)
+    data = os.urandom(1 << 20)
+    sent = 0
+    with contextlib.suppress(BlockingIOError):
+        while sent < len(data):
+            sent += b.send(data[sent:sent + 65536])
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert len(reader._buffer) <= 2 * limit + 256 * 1024
+    got = bytearray()
+    while len(got) < sent:
+        got += await reader.read(sent - len(got))
+    assert got == data[:sent]
+    await _close(writer)
