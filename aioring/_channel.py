@@ -41,8 +41,9 @@ from ._ringbase import _DONE as _OP_DONE
 from ._ringbase import _WAITING as _OP_WAITING
 from ._loops import get_ring
 from ._ringbase import Op, RingBase, os_error, ready
-from ._core import RECV_CHUNK
+from ._core import JOIN_MAX, RECV_CHUNK
 from ._core import Receiver as _ReceiveTarget
+from ._core import Sender as _SendTarget
 
 if TYPE_CHECKING:
     from ._streams import StreamReader
@@ -52,7 +53,7 @@ _CHUNK = RECV_CHUNK  # what asyncio's socket transport receives at a time
 # Mutable buffers this large are copied into memory the channel reuses.
 _POOL_MIN = 256 * 1024
 # Pending writes up to this much in all are joined into one send.
-_JOIN_MAX = 16 * 1024
+_JOIN_MAX = JOIN_MAX
 _IOV_MAX = 1024
 # Receives of fewer bytes are started again by the core at once (see
 # _Receiver); larger ones are bulk data, which the reader receives straight
@@ -265,9 +266,10 @@ class _Channel:
 
 class _Side:
     """What the receive target and the send queue read of their channel on
-    every operation, copied: the channel, its loop, ring, fd and owner."""
+    every operation, copied: the channel, its loop, ring, fd and owner.  (A
+    mixin: each has these slots of its own, its base being the core's.)"""
 
-    __slots__ = ("_channel", "_fd", "_is_socket", "_loop", "_owner", "_ring")
+    __slots__ = ()
     _channel: _Channel
     _loop: asyncio.AbstractEventLoop
     _ring: RingBase
@@ -276,21 +278,16 @@ class _Side:
     _is_socket: bool
 
     def __init__(self, channel: _Channel) -> None:
-        _copy_side(self, channel)
+        side: Any = self  # (the slots are the subclass's, or its C base's)
+        side._channel = channel
+        side._loop = channel._loop
+        side._ring = channel._ring
+        side._fd = channel._fd
+        side._owner = channel._owner
+        side._is_socket = channel._is_socket
 
 
-def _copy_side(side: _Side | _Receiver, channel: _Channel) -> None:
-    """Copy what `side` reads of its channel on every operation (the
-    receive target has these slots of its own, its base being the core's)."""
-    side._channel = channel
-    side._loop = channel._loop
-    side._ring = channel._ring
-    side._fd = channel._fd
-    side._owner = channel._owner
-    side._is_socket = channel._is_socket
-
-
-class _Receiver(_ReceiveTarget):
+class _Receiver(_Side, _ReceiveTarget):
     """The receive target of a channel: fills its reader's buffer, or the
     caller's buffer for readinto; pause_reading's state.
 
@@ -304,15 +301,9 @@ class _Receiver(_ReceiveTarget):
                  "_pull_backoff", "_pull_skip", "_read_op", "_resumed", "_ring", "_scratch")
 
     _reader: StreamReader | None
-    _channel: _Channel
-    _loop: asyncio.AbstractEventLoop
-    _ring: RingBase
-    _fd: int
-    _owner: Any
-    _is_socket: bool
 
     def __init__(self, channel: _Channel) -> None:
-        _copy_side(self, channel)
+        super().__init__(channel)
         self._scratch = _scratch()
         # The receive into the reader's buffer: one op, started again for
         # every receive (see arm), by the core itself after a small receive
@@ -622,37 +613,36 @@ class _Receiver(_ReceiveTarget):
             self._ring.cancel(self._op)
 
 
-class _SendQueue(_Side):
+class _SendQueue(_Side, _SendTarget):
     """The send side of a channel: write() queues, the iteration's writes
-    leave together in one send, at most one send is in flight; drain()."""
+    leave together in one send, at most one send is in flight; drain().
 
-    __slots__ = ("_aborted", "_closing", "_direct", "_drain_waiters", "_eof_wanted", "_high",
-                 "_keep", "_low", "_op", "_pending", "_pending_size", "_pooled", "_sending",
-                 "_sent_total", "_soon", "_spare", "_write_exc")
+    The policy over the core's Sender (src/channel.h), which takes the hot
+    path: write() of bytes, and the flush's direct send of the iteration's
+    writes, joined.  Its fields (_pending, _pending_size, _sending,
+    _write_exc, _eof_wanted, _closing, _soon, _direct, _pooled,
+    _drain_waiters, _sent_total, _fd, _is_socket) are the C side's."""
+
+    __slots__ = ("_aborted", "_channel", "_high", "_keep", "_loop", "_low", "_op", "_owner", "_ring",
+                 "_spare")
 
     def __init__(self, channel: _Channel) -> None:
         super().__init__(channel)
-        self._pending: collections.deque[Any] | None = None  # made at the first write
-        self._pending_size = 0
+        # _pending: a deque of what is to be sent, made at the first write.
+        # _soon: a send is deferred to this iteration's flush, which calls
+        # _send_now.  _direct: sends are tried at once without waiting
+        # (MSG_DONTWAIT, RWF_NOWAIT): the kernel takes most of them there and
+        # then, and a ring op costs more than the system call; off where the
+        # kernel refuses it.  _pooled: copies of large mutable buffers, as
+        # (stream offset of their end, memory).
+        self._defer = self._ring.defer
+        self._send_soon = self._send_now
         self._op: Op | None = None  # the op of every ring send, started again each time
-        self._sending: Op | None = None  # that op while a send is in flight
         self._keep: Any = None  # what the send in flight points to, besides op.args
-        self._write_exc: OSError | None = None
-        self._eof_wanted = False
         self._high = _HIGH_WATER
         self._low = _HIGH_WATER // 4
-        self._drain_waiters: list[asyncio.Future[None]] | None = None
-        self._soon = False  # a send is deferred to this iteration's flush
-        # Sends are tried at once without waiting (MSG_DONTWAIT, RWF_NOWAIT):
-        # the kernel takes most of them there and then, and a ring op costs
-        # more Python than the system call.  Off where the kernel refuses it.
-        self._direct = True
-        # Copies of large mutable buffers: (stream offset of their end, memory).
-        self._pooled: collections.deque[tuple[int, Any]] | None = None
         self._spare: Any = None
-        self._sent_total = 0
         self._aborted = False
-        self._closing = False
 
     def set_limits(self, high: int | None, low: int | None) -> None:
         # asyncio's rules: high defaults to 64 KiB (or 4 x low), low to high / 4.
@@ -666,7 +656,8 @@ class _SendQueue(_Side):
         self.wake_drainers()
 
     # ---------------------------------------------------------------- write
-    def write(self, data: Any) -> None:
+    def _write(self, data: Any) -> None:
+        """write() of what the core's Sender does not queue itself (see src/channel.h)."""
         if self._eof_wanted or self._write_exc is not None or self._closing:
             if type(data) is not bytes:
                 self._frozen(data, copy=False)  # (the type's TypeError first, as asyncio's)
@@ -754,51 +745,6 @@ class _SendQueue(_Side):
             self._write_exc = exc
 
     # ----------------------------------------------------------------- send
-    def _send_now(self) -> None:
-        self._soon = False
-        pending = self._pending
-        if self._sending is not None or not pending:
-            return  # (a send in flight: its CQE sends the rest)
-        size = self._pending_size
-        if (size > _JOIN_MAX or not self._direct or self._write_exc is not None or self._closing
-                or self._pooled):
-            self.send()
-            return
-        # The common case, in short: the iteration's small writes, joined,
-        # that the kernel takes whole, there and then.
-        if len(pending) > 1:
-            data = b"".join(pending)
-            pending.clear()
-            pending.append(data)
-        try:
-            if self._is_socket:
-                n = self._owner.send(pending[0], _DIRECT_SEND_FLAGS)
-            else:
-                n = os.pwritev(self._fd, pending, -1, _RWF_NOWAIT)
-        except BlockingIOError:
-            self.send(False)  # the kernel is full: the ring waits for room
-            return
-        except OSError as exc:
-            if exc.errno is not None and exc.errno not in _NO_DIRECT:
-                self._sent(-exc.errno)  # the connection's error (a reset peer): it ends there
-                self._after_send()
-                return
-            n = -1  # send() tells these apart
-        except (TypeError, ValueError, AttributeError):
-            n = -1  # send() tells these apart
-        if n == size:
-            pending.clear()
-            self._pending_size = 0
-            self._sent_total += n
-            if self._drain_waiters or self._eof_wanted:
-                self._after_send()
-            return
-        if n > 0:  # part of it: the kernel is full
-            self._sent(n)
-            self.send(False)
-            return
-        self.send()
-
     def send(self, direct: bool = True) -> None:
         """Hand the pending data to the kernel; go on while sends complete at once.
         Each send is tried without waiting first, unless `direct` is False (the

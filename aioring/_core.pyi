@@ -1,4 +1,5 @@
 # The compiled core (src/core.c; the seam is described in src/core.h).
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -55,6 +56,7 @@ class Core:
 
 # The channel's receive target (src/channel.c; see src/channel.h).
 RECV_CHUNK: int
+JOIN_MAX: int
 
 class Receiver:
     _reader: Any
@@ -69,3 +71,22 @@ class Receiver:
     def __call__(self, res: int, /) -> None: ...
     def _deliver(self, res: int, /) -> None: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...  # (3.12+; the chunk)
+
+class Sender:
+    _pending: deque[Any] | None
+    _pending_size: int
+    _sending: Op | None
+    _write_exc: OSError | None
+    _pooled: deque[tuple[int, Any]] | None
+    _drain_waiters: list[Any] | None
+    _defer: Callable[[Callable[[], None]], None] | None
+    _send_soon: Callable[[], None] | None
+    _sent_total: int
+    _fd: int
+    _eof_wanted: bool
+    _closing: bool
+    _soon: bool
+    _direct: bool
+    _is_socket: bool
+    def write(self, data: Any, /) -> None: ...
+    def _send_now(self) -> None: ...

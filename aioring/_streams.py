@@ -371,7 +371,7 @@ class StreamWriter:
         # The send queue (or the TLS layer): its own methods, without a call
         # in between, on the hot path.
         self._queue: Any = channel._tx
-        self.write = channel._tx.write  # type: ignore[method-assign]
+        self.write = channel._tx.write  # type: ignore[method-assign,assignment]
 
     def __del__(self, warnings: Any = warnings) -> None:
         # As asyncio's: a writer dropped unclosed closes its connection, and says so.

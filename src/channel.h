@@ -61,6 +61,35 @@ typedef struct {
 
 extern PyTypeObject AiorRecv_Type;
 
+/* Sender: the hot path of a stream's send queue, the base of the Python
+ * policy class (aioring._channel._SendQueue), whose fields it shares as
+ * plain attributes (C fields on this side):
+ *       _pending       a collections.deque of the buffers to send, in order
+ *                      (None until the first write, which policy makes)
+ *       _pending_size  their bytes in all
+ *       _sending       the ring op of the send in flight, or None
+ *       _write_exc     the error that failed the writer, or None
+ *       _pooled        policy's copies of large buffers (falsy: none)
+ *       _drain_waiters drain()'s futures (falsy: none)
+ *       _eof_wanted, _closing, _soon (a send is deferred to the flush),
+ *       _direct (sends are tried without waiting), _is_socket, _fd,
+ *       _sent_total
+ *       _defer         the ring's defer(callback)
+ *       _send_soon     what _defer is given: the bound _send_now
+ */
+#define AIOR_JOIN_MAX (16 * 1024)
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *pending, *sending, *write_exc, *pooled, *drain_waiters, *defer, *send_soon;
+    Py_ssize_t pending_size;
+    long long sent_total;
+    int fd;
+    char eof_wanted, closing, soon, direct, is_socket;
+} AiorSender;
+
+extern PyTypeObject AiorSender_Type;
+
 #define AiorRecv_Check(obj) PyObject_TypeCheck((obj), &AiorRecv_Type)
 
 /* Entry points (Python names in brackets):
@@ -96,8 +125,31 @@ extern PyTypeObject AiorRecv_Type;
  *  _received(res).  -1 with an exception set when one escaped (the core
  *  strands the CQEs after it).
  *
- * aior_channel_add_types(module) -> 0 | -1  Adds Receiver and RECV_CHUNK to
- *  the module (its init).
+ * [Sender()]  A send queue with nothing pending (fields None, 0, False;
+ *  _direct True).  Subclassed by policy (with __slots__ of its own).
+ *
+ * [write(data) -> None]  asyncio's transport.write: bytes of a writer that
+ *  may write are queued (empty ones: nothing), and the first write of the
+ *  iteration defers _send_soon to the flush (unless a send is in flight,
+ *  whose completion sends the rest).  Anything else (another type, the
+ *  first write, after write_eof() or close() or a failed send) goes to
+ *  policy's _write(data), which raises what asyncio's write raises.
+ *
+ * [_send_now() -> None]  The flush's send: the pending bytes, when nothing
+ *  is in flight and they are few (at most AIOR_JOIN_MAX, no pooled copies,
+ *  not closing, no error, direct sends on), are joined (on the C stack)
+ *  and sent at once without waiting (send(2) with MSG_DONTWAIT and
+ *  MSG_NOSIGNAL; a pipe's pwritev2 with RWF_NOWAIT).  All taken: the queue
+ *  is emptied, and policy's _after_send() called only when drain() waits or
+ *  an EOF is wanted.  Otherwise policy goes on, in order: send() (not
+ *  direct, or too much; or the system call refused: EINTR, EOPNOTSUPP,
+ *  EINVAL, ENOSYS, ENOTSOCK), send(False) after the part taken was
+ *  accounted by _sent(n) (the kernel is full: EAGAIN or a partial send),
+ *  or _sent(-errno) and _after_send() (the connection's error).  The joined
+ *  writes then wait in the queue as one bytes object.
+ *
+ * aior_channel_add_types(module) -> 0 | -1  Adds Receiver, Sender,
+ *  RECV_CHUNK and JOIN_MAX to the module (its init).
  */
 int aior_recv_complete(AiorCore *core, AiorOp *op, AiorRecv *rx, int res);
 int aior_channel_add_types(PyObject *module);

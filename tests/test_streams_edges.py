@@ -8,6 +8,7 @@ import contextlib
 import errno
 import gc
 import os
+import random
 import socket
 import struct
 
@@ -699,4 +700,37 @@ async def test_receiving_ahead_stops_near_the_readers_limit(impl, socks):
     while len(got) < sent:
         got += await reader.read(sent - len(got))
     assert got == data[:sent]
+    await _close(writer)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_writes_of_every_kind_leave_in_order_whole(impl, socks):
+    """bytes, bytearrays and memoryviews written in one iteration and over
+    many, small ones joined and large ones past what the kernel takes at
+    once, arrive whole and in the order written, as with asyncio's writer."""
+    a, b = _tcp_pair(socks)
+    _reader, writer = await _streams(impl, a)
+    b.setblocking(False)
+    got = bytearray()
+
+    async def receive() -> None:
+        loop = asyncio.get_running_loop()
+        while data := await loop.sock_recv(b, 1 << 20):
+            got.extend(data)
+
+    receiving = asyncio.ensure_future(receive())
+    rng = random.Random(7)
+    expected = bytearray()
+    for round_ in range(40):
+        for _ in range(rng.randrange(1, 6)):
+            chunk = os.urandom(rng.choice((1, 100, 4000, 20_000, 300_000)))
+            kind = rng.randrange(3)
+            data = chunk if kind == 0 else bytearray(chunk) if kind == 1 else memoryview(chunk)
+            writer.write(data)
+            expected += chunk
+        if round_ % 3 == 0:
+            await writer.drain()
+    writer.write_eof()
+    await asyncio.wait_for(receiving, 30)
+    assert got == expected
     await _close(writer)
