@@ -2,7 +2,8 @@
 
 Two compiled modules: the cffi binding (aioring._liburing, C in src/binding.*,
 built by _build_cffi.py) and the core (aioring._core, C in src/; its seam is
-src/core.h).  Every extension module takes its compile and link arguments from
+src/core.h, and src/channel.h its stream targets').  Every extension module
+takes its compile and link arguments from
 _build_liburing.extension_args(), so that one setting
 (AIORING_LIBURING=static|shared) applies to all of them.
 """
@@ -20,6 +21,7 @@ _WARNINGS = ["-Wall", "-Wextra", "-Wno-missing-field-initializers", "-Wno-unused
 
 setup(
     cffi_modules=["_build_cffi.py:ffibuilder"],
-    ext_modules=[Extension("aioring._core", sources=["src/core.c"], depends=["src/core.h"],
+    ext_modules=[Extension("aioring._core", sources=["src/core.c", "src/channel.c"],
+                           depends=["src/core.h", "src/channel.h"],
                            extra_compile_args=["-O2", *_WARNINGS], **extension_args())],
 )

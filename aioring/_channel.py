@@ -40,18 +40,25 @@ from ._ops import MAX_RW
 from ._ringbase import _DONE as _OP_DONE
 from ._ringbase import _WAITING as _OP_WAITING
 from ._loops import get_ring
-from ._ringbase import Op, os_error, ready
+from ._ringbase import Op, RingBase, os_error, ready
+from ._core import JOIN_MAX, RECV_CHUNK
+from ._core import Receiver as _ReceiveTarget
+from ._core import Sender as _SendTarget
 
 if TYPE_CHECKING:
     from ._streams import StreamReader
 
 _HIGH_WATER = 64 * 1024  # asyncio's transports' defaults
-_CHUNK = 256 * 1024  # what asyncio's socket transport receives at a time
+_CHUNK = RECV_CHUNK  # what asyncio's socket transport receives at a time
 # Mutable buffers this large are copied into memory the channel reuses.
 _POOL_MIN = 256 * 1024
 # Pending writes up to this much in all are joined into one send.
-_JOIN_MAX = 16 * 1024
+_JOIN_MAX = JOIN_MAX
 _IOV_MAX = 1024
+# Receives of fewer bytes are started again by the core at once (see
+# _Receiver); larger ones are bulk data, which the reader receives straight
+# into its own buffer (the streams' _READ_AHEAD).
+_REARM_MAX = 16 * 1024
 _CHARS = ffi.typeof("char[]")
 _from_buffer = ffi.from_buffer
 _alloc = ffi.new_allocator(should_clear_after_alloc=False)
@@ -259,37 +266,58 @@ class _Channel:
 
 class _Side:
     """What the receive target and the send queue read of their channel on
-    every operation, copied: the channel, its loop, ring, fd and owner."""
+    every operation, copied: the channel, its loop, ring, fd and owner.  (A
+    mixin: each has these slots of its own, its base being the core's.)"""
 
-    __slots__ = ("_channel", "_fd", "_is_socket", "_loop", "_owner", "_ring")
+    __slots__ = ()
+    _channel: _Channel
+    _loop: asyncio.AbstractEventLoop
+    _ring: RingBase
+    _fd: int
+    _owner: Any
+    _is_socket: bool
 
     def __init__(self, channel: _Channel) -> None:
-        self._channel = channel
-        self._loop = channel._loop
-        self._ring = channel._ring
-        self._fd = channel._fd
-        self._owner = channel._owner
-        self._is_socket = channel._is_socket
+        side: Any = self  # (the slots are the subclass's, or its C base's)
+        side._channel = channel
+        side._loop = channel._loop
+        side._ring = channel._ring
+        side._fd = channel._fd
+        side._owner = channel._owner
+        side._is_socket = channel._is_socket
 
 
-class _Receiver(_Side):
+class _Receiver(_Side, _ReceiveTarget):
     """The receive target of a channel: fills its reader's buffer, or the
-    caller's buffer for readinto; pause_reading's state."""
+    caller's buffer for readinto; pause_reading's state.
 
-    __slots__ = ("_armed", "_chunk", "_chunk_buffer", "_closing", "_op", "_paused", "_paused_skip",
-                 "_pull_backoff", "_pull_skip", "_read_op", "_reader", "_resumed", "_scratch")
+    The policy over the core's Receiver (src/channel.h), which takes the
+    completions of the receive into the reader's buffer, appends their bytes
+    and starts the receive again, all in C, and hands this class the rest
+    (_received): EOF, errors, closing and pause.  Its _reader, _armed,
+    _closing and _paused are the C side's fields."""
+
+    __slots__ = ("_channel", "_fd", "_held", "_is_socket", "_loop", "_op", "_owner", "_paused_skip",
+                 "_pull_backoff", "_pull_skip", "_read_op", "_resumed", "_ring", "_scratch")
+
+    _reader: StreamReader | None
 
     def __init__(self, channel: _Channel) -> None:
         super().__init__(channel)
         self._scratch = _scratch()
-        self._reader: StreamReader | None = None
         # The receive into the reader's buffer: one op, started again for
-        # every receive (see arm): a poll until data first arrives, then a
-        # receive into a chunk of this channel's own.
+        # every receive (see arm), by the core itself after a small receive
+        # (up to _READ_AHEAD: larger ones are bulk data, which the reader
+        # receives straight into its own buffer) while the reader's buffer
+        # is below its limit: a poll until data first arrives, then a
+        # receive into the chunk of the core's Receiver.
         self._op: Op | None = None
-        self._chunk: Any = None
-        self._chunk_buffer: Any = None
-        self._armed = False
+        ring = self._ring
+        opcode = _RECV if self._is_socket else _READ
+        if ring.fd >= 0 and ring.supports(opcode):  # (the threads backend, an emulated opcode: Python arms)
+            self._core = ring._core
+            self._flush = ring._schedule_flush
+            self._rearm_max = _REARM_MAX
         self._read_op: Op | None = None  # a receive into the caller's buffer in flight, if any
         # A read that finds its data already there takes it at once, without
         # waiting (MSG_DONTWAIT, RWF_NOWAIT): no ring op, no wake-up.  After a
@@ -301,6 +329,7 @@ class _Receiver(_Side):
         # reader's reads wait), as with asyncio's transport.
         self._paused = False
         self._paused_skip = 0  # _pull_skip, kept while paused
+        self._held: bytearray | None = None  # what a receive brought after pause_reading()
         self._resumed: asyncio.Future[None] | None = None  # a receive waiting for resume_reading()
         self._closing = False
 
@@ -310,6 +339,11 @@ class _Receiver(_Side):
             return
         self._paused = True
         self._paused_skip, self._pull_skip = self._pull_skip, 1 << 63  # (no direct reads either)
+        if self._armed:
+            # Nothing is received from now on, as asyncio's transport stops
+            # reading: the receive out is cancelled (what it brought first is kept).
+            assert self._op is not None
+            self._ring.cancel(self._op)
 
     def resume(self) -> None:
         if not self._paused:
@@ -325,6 +359,16 @@ class _Receiver(_Side):
         """Paused no more; a receive that waits for it goes on."""
         self._paused = False
         self._pull_skip = self._paused_skip
+        held = self._held
+        if held is not None:
+            self._held = None
+            reader = self._reader
+            assert reader is not None
+            reader._buffer += held
+            waiter = reader._waiter
+            if waiter is not None and not waiter.done():
+                reader._waiter = None  # (as asyncio's reader wakes it)
+                waiter.set_result(None)
         resumed = self._resumed
         if resumed is not None and not resumed.done():
             resumed.set_result(None)
@@ -388,7 +432,7 @@ class _Receiver(_Side):
         self._armed = True
         try:
             if op.prep is None:
-                op.pin(self._chunk_buffer, True)  # (until its CQE; a poll holds no buffer)
+                op.pin(self, True)  # the core's chunk, until its CQE (a poll holds no buffer)
             self._ring.restart(self._loop, op)
         except BaseException as exc:
             if op.state == _OP_WAITING:  # it never reached the kernel
@@ -401,35 +445,26 @@ class _Receiver(_Side):
         """The op that arm() starts again for every receive: while nothing has
         arrived on a socket, a poll, holding no buffer (see _polled); from
         then on a receive into a chunk of the channel's own."""
-        if self._chunk is None and self._is_socket and self._pull_skip < _RING_ONLY:
+        if not self.has_chunk and self._is_socket and self._pull_skip < _RING_ONLY:
             op = Op(None, _PREP_POLL, (self._fd, _POLLIN), None, None, 0)
             op.sink = self._polled
         else:
-            if self._chunk is None:
-                self._new_chunk()
             if self._is_socket:
-                args = (_RECV, self._fd, 0, _CHUNK, 0, 0)
+                args = (_RECV, self._fd, 0, RECV_CHUNK, 0, 0)
             else:
-                args = (_READ, self._fd, 0, _CHUNK, -1, 0)
+                args = (_READ, self._fd, 0, RECV_CHUNK, -1, 0)
             op = Op(None, None, args, None, None, _POLLIN)  # (the core prepares it)
-            op.sink = self._received
+            op.sink = self  # the core's own target kind: its CQE never calls Python but for _received
         op.unbounded = True
         return op
-
-    def _new_chunk(self) -> None:
-        """The chunk the receives fill (not zeroed, as _scratch), and the
-        buffer object over it that each receive pins."""
-        chunk = self._chunk = _alloc(_CHARS, _CHUNK)
-        self._chunk_buffer = ffi.buffer(chunk)
 
     def _polled(self, res: int) -> None:
         """The CQE of the poll (the ring's sink): data, EOF or an error is
         there.  Received at once into a chunk, which the next receives use."""
         if res >= 0:
             self._op = None  # (the next arm() makes the receive into the chunk)
-            self._new_chunk()
             try:
-                res = self._owner.recv_into(self._chunk_buffer, _CHUNK, _DONTWAIT)
+                res = self._owner.recv_into(self, RECV_CHUNK, _DONTWAIT)  # (the core's chunk, made here)
             except BlockingIOError:
                 if not self._closing:
                     self._armed = False
@@ -446,17 +481,26 @@ class _Receiver(_Side):
         self._received(res)
 
     def _received(self, res: int) -> None:
-        """The CQE of the receive into the reader's buffer (the ring's sink)."""
+        """A completion of the receive into the reader's buffer that the core
+        hands policy (see src/channel.h): EOF, an error, closing, paused."""
         self._armed = False
         reader = self._reader
         assert reader is not None
         if res > 0:
-            reader._buffer.extend(ffi.buffer(self._chunk, res))  # feed_data, less a transport's needs
-            waiter = reader._waiter
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
+            if self._paused:
+                # Came before pause_reading()'s cancel: held back until resume_reading().
+                if self._held is None:
+                    self._held = bytearray()
+                self._held += memoryview(self)[:res]
+            else:
+                self._deliver(res)  # the core's: into the reader's buffer, its waiter woken
         elif res == 0 or (res == -_ECANCELED and self._closing):
             reader.feed_eof()  # (closed under the read: end of stream, as asyncio's reader sees it)
+        elif res == -_ECANCELED:
+            # Cancelled by pause_reading(): a read that waits since resume_reading() goes on.
+            waiter = reader._waiter
+            if not self._paused and waiter is not None and not waiter.done():
+                self.arm()
         else:
             self._channel._fail(os_error(res))
         if self._closing:
@@ -473,6 +517,14 @@ class _Receiver(_Side):
         while self._paused and not self._closing:
             resumed = self._resumed = self._loop.create_future()
             await resumed
+            reader = self._reader
+            if reader is not None and reader._buffer:
+                # What a receive brought after pause_reading() (see _received) comes first.
+                buffered = reader._buffer
+                k = min(n, len(buffered))
+                buffer[start:start + k] = buffered[:k]
+                del buffered[:k]
+                return k
         if self._closing:
             return 0
         if self._is_socket:
@@ -561,37 +613,36 @@ class _Receiver(_Side):
             self._ring.cancel(self._op)
 
 
-class _SendQueue(_Side):
+class _SendQueue(_Side, _SendTarget):
     """The send side of a channel: write() queues, the iteration's writes
-    leave together in one send, at most one send is in flight; drain()."""
+    leave together in one send, at most one send is in flight; drain().
 
-    __slots__ = ("_aborted", "_closing", "_direct", "_drain_waiters", "_eof_wanted", "_high",
-                 "_keep", "_low", "_op", "_pending", "_pending_size", "_pooled", "_sending",
-                 "_sent_total", "_soon", "_spare", "_write_exc")
+    The policy over the core's Sender (src/channel.h), which takes the hot
+    path: write() of bytes, and the flush's direct send of the iteration's
+    writes, joined.  Its fields (_pending, _pending_size, _sending,
+    _write_exc, _eof_wanted, _closing, _soon, _direct, _pooled,
+    _drain_waiters, _sent_total, _fd, _is_socket) are the C side's."""
+
+    __slots__ = ("_aborted", "_channel", "_high", "_keep", "_loop", "_low", "_op", "_owner", "_ring",
+                 "_spare")
 
     def __init__(self, channel: _Channel) -> None:
         super().__init__(channel)
-        self._pending: collections.deque[Any] | None = None  # made at the first write
-        self._pending_size = 0
+        # _pending: a deque of what is to be sent, made at the first write.
+        # _soon: a send is deferred to this iteration's flush, which calls
+        # _send_now.  _direct: sends are tried at once without waiting
+        # (MSG_DONTWAIT, RWF_NOWAIT): the kernel takes most of them there and
+        # then, and a ring op costs more than the system call; off where the
+        # kernel refuses it.  _pooled: copies of large mutable buffers, as
+        # (stream offset of their end, memory).
+        self._defer = self._ring.defer
+        self._send_soon = self._send_now
         self._op: Op | None = None  # the op of every ring send, started again each time
-        self._sending: Op | None = None  # that op while a send is in flight
         self._keep: Any = None  # what the send in flight points to, besides op.args
-        self._write_exc: OSError | None = None
-        self._eof_wanted = False
         self._high = _HIGH_WATER
         self._low = _HIGH_WATER // 4
-        self._drain_waiters: list[asyncio.Future[None]] | None = None
-        self._soon = False  # a send is deferred to this iteration's flush
-        # Sends are tried at once without waiting (MSG_DONTWAIT, RWF_NOWAIT):
-        # the kernel takes most of them there and then, and a ring op costs
-        # more Python than the system call.  Off where the kernel refuses it.
-        self._direct = True
-        # Copies of large mutable buffers: (stream offset of their end, memory).
-        self._pooled: collections.deque[tuple[int, Any]] | None = None
         self._spare: Any = None
-        self._sent_total = 0
         self._aborted = False
-        self._closing = False
 
     def set_limits(self, high: int | None, low: int | None) -> None:
         # asyncio's rules: high defaults to 64 KiB (or 4 x low), low to high / 4.
@@ -605,7 +656,8 @@ class _SendQueue(_Side):
         self.wake_drainers()
 
     # ---------------------------------------------------------------- write
-    def write(self, data: Any) -> None:
+    def _write(self, data: Any) -> None:
+        """write() of what the core's Sender does not queue itself (see src/channel.h)."""
         if self._eof_wanted or self._write_exc is not None or self._closing:
             if type(data) is not bytes:
                 self._frozen(data, copy=False)  # (the type's TypeError first, as asyncio's)
@@ -693,51 +745,6 @@ class _SendQueue(_Side):
             self._write_exc = exc
 
     # ----------------------------------------------------------------- send
-    def _send_now(self) -> None:
-        self._soon = False
-        pending = self._pending
-        if self._sending is not None or not pending:
-            return  # (a send in flight: its CQE sends the rest)
-        size = self._pending_size
-        if (size > _JOIN_MAX or not self._direct or self._write_exc is not None or self._closing
-                or self._pooled):
-            self.send()
-            return
-        # The common case, in short: the iteration's small writes, joined,
-        # that the kernel takes whole, there and then.
-        if len(pending) > 1:
-            data = b"".join(pending)
-            pending.clear()
-            pending.append(data)
-        try:
-            if self._is_socket:
-                n = self._owner.send(pending[0], _DIRECT_SEND_FLAGS)
-            else:
-                n = os.pwritev(self._fd, pending, -1, _RWF_NOWAIT)
-        except BlockingIOError:
-            self.send(False)  # the kernel is full: the ring waits for room
-            return
-        except OSError as exc:
-            if exc.errno is not None and exc.errno not in _NO_DIRECT:
-                self._sent(-exc.errno)  # the connection's error (a reset peer): it ends there
-                self._after_send()
-                return
-            n = -1  # send() tells these apart
-        except (TypeError, ValueError, AttributeError):
-            n = -1  # send() tells these apart
-        if n == size:
-            pending.clear()
-            self._pending_size = 0
-            self._sent_total += n
-            if self._drain_waiters or self._eof_wanted:
-                self._after_send()
-            return
-        if n > 0:  # part of it: the kernel is full
-            self._sent(n)
-            self.send(False)
-            return
-        self.send()
-
     def send(self, direct: bool = True) -> None:
         """Hand the pending data to the kernel; go on while sends complete at once.
         Each send is tried without waiting first, unless `direct` is False (the

@@ -1,4 +1,5 @@
 # The compiled core (src/core.c; the seam is described in src/core.h).
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -52,3 +53,40 @@ class Core:
     def harvest(self) -> list[tuple[int, int]]: ...
     def mute(self) -> None: ...
     def detach(self) -> None: ...
+
+# The channel's receive target (src/channel.c; see src/channel.h).
+RECV_CHUNK: int
+JOIN_MAX: int
+
+class Receiver:
+    _reader: Any
+    _core: Core | None
+    _flush: Callable[[], None] | None
+    _rearm_max: int
+    _buffer_max: int
+    _armed: bool
+    _closing: bool
+    _paused: bool
+    has_chunk: bool
+    def __call__(self, res: int, /) -> None: ...
+    def _deliver(self, res: int, /) -> None: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...  # (3.12+; the chunk)
+
+class Sender:
+    _pending: deque[Any] | None
+    _pending_size: int
+    _sending: Op | None
+    _write_exc: OSError | None
+    _pooled: deque[tuple[int, Any]] | None
+    _drain_waiters: list[Any] | None
+    _defer: Callable[[Callable[[], None]], None] | None
+    _send_soon: Callable[[], None] | None
+    _sent_total: int
+    _fd: int
+    _eof_wanted: bool
+    _closing: bool
+    _soon: bool
+    _direct: bool
+    _is_socket: bool
+    def write(self, data: Any, /) -> None: ...
+    def _send_now(self) -> None: ...

@@ -124,6 +124,7 @@ class StreamReader(asyncio.StreamReader):
         self._channel = channel
         self._rx = rx = channel._rx
         rx._reader = self
+        rx._buffer_max = self._limit  # (the core receives ahead up to the reader's limit)
 
     def _begin(self, func_name: str) -> None:
         if self._waiter is not None:
@@ -373,7 +374,7 @@ class StreamWriter:
         # The send queue (or the TLS layer): its own methods, without a call
         # in between, on the hot path.
         self._queue: Any = channel._tx
-        self.write = channel._tx.write  # type: ignore[method-assign]
+        self.write = channel._tx.write  # type: ignore[method-assign,assignment]
 
     def __del__(self, warnings: Any = warnings) -> None:
         # As asyncio's: a writer dropped unclosed closes its connection, and says so.

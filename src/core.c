@@ -2,6 +2,7 @@
  * dispatch (see core.h for the seam and what each entry point owns). */
 #define PY_SSIZE_T_CLEAN
 #include "core.h"
+#include "channel.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -62,8 +63,8 @@ op_traverse(AiorOp *op, visitproc visit, void *arg)
 }
 
 /* Let go of op's pin, if it holds one. */
-static void
-unpin(AiorOp *op)
+void
+aior_unpin(AiorOp *op)
 {
     if (op->pinned) {
         op->pinned = 0;
@@ -74,7 +75,7 @@ unpin(AiorOp *op)
 static int
 op_clear(AiorOp *op)
 {
-    unpin(op);
+    aior_unpin(op);
     Py_CLEAR(op->future);
     Py_CLEAR(op->prep);
     Py_CLEAR(op->args);
@@ -123,7 +124,7 @@ op_pin(AiorOp *op, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "the kernel may touch this op's pinned buffer");
         return NULL;
     }
-    unpin(op);
+    aior_unpin(op);
     /* PyBUF_SIMPLE asks for C-contiguous memory: the stdlib's TypeError for
        a non-buffer (or a str), BufferError for a non-contiguous one or a
        read-only one asked to be writable. */
@@ -140,7 +141,7 @@ op_unpin(AiorOp *op, PyObject *unused)
         PyErr_SetString(PyExc_RuntimeError, "the kernel may touch this op's pinned buffer");
         return NULL;
     }
-    unpin(op);
+    aior_unpin(op);
     Py_RETURN_NONE;
 }
 
@@ -310,7 +311,7 @@ release_keep(AiorCore *self, AiorOp *op)
 {
     PyObject *keep = op->keep;
 
-    unpin(op);
+    aior_unpin(op);
     if (keep == Py_None)
         return 0;
     op->keep = Py_NewRef(Py_None);
@@ -326,16 +327,16 @@ release_keep(AiorCore *self, AiorOp *op)
     return 0;
 }
 
-static PyObject *
-call_method1(PyObject *obj, PyObject *name, PyObject *arg)
+PyObject *
+aior_call_method1(PyObject *obj, PyObject *name, PyObject *arg)
 {
     PyObject *args[2] = {obj, arg};
     return PyObject_VectorcallMethod(name, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
 /* 1 if the future is done, 0 if not, -1 on error. */
-static int
-future_done(PyObject *fut)
+int
+aior_future_done(PyObject *fut)
 {
     PyObject *args[1] = {fut};
     PyObject *r = PyObject_VectorcallMethod(str_done, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
@@ -352,7 +353,7 @@ set_exception_of(AiorCore *self, PyObject *fut, int res)
     PyObject *exc = PyObject_CallFunction(self->os_error, "i", res);
     if (exc == NULL)
         return -1;
-    PyObject *r = call_method1(fut, str_set_exception, exc);
+    PyObject *r = aior_call_method1(fut, str_set_exception, exc);
     Py_DECREF(exc);
     if (r == NULL)
         return -1;
@@ -391,7 +392,13 @@ finish_op(AiorCore *self, AiorOp *op, int res)
     op->state = AIOR_DONE;
     op->res = res;
     if (op->sink != Py_None) {
-        unpin(op); /* (the sink's memory is its own: see core.h) */
+        aior_unpin(op); /* (the sink's memory is its own: see core.h) */
+        if (AiorRecv_Check(op->sink)) {
+            PyObject *rx = Py_NewRef(op->sink);
+            int ret = aior_recv_complete(self, op, (AiorRecv *)rx, res);
+            Py_DECREF(rx);
+            return ret;
+        }
         PyObject *num = PyLong_FromLong(res);
         if (num == NULL)
             return -1;
@@ -411,9 +418,9 @@ finish_op(AiorCore *self, AiorOp *op, int res)
     if (op->waiter != Py_None) {
         /* The caller was cancelled and waits for this CQE (Ring.settle). */
         PyObject *waiter = Py_NewRef(op->waiter);
-        int done = future_done(waiter);
+        int done = aior_future_done(waiter);
         if (done == 0) {
-            r = call_method1(waiter, str_set_result, Py_None);
+            r = aior_call_method1(waiter, str_set_result, Py_None);
             if (r != NULL) {
                 Py_DECREF(r);
                 ret = 0;
@@ -429,7 +436,7 @@ finish_op(AiorCore *self, AiorOp *op, int res)
         PyObject *num = PyLong_FromLong(res);
         if (num == NULL)
             goto out;
-        r = call_method1(fut, str_set_result, num);
+        r = aior_call_method1(fut, str_set_result, num);
         Py_DECREF(num);
         if (r == NULL) {
             if (PyErr_ExceptionMatches(self->invalid_state)) {
@@ -440,7 +447,7 @@ finish_op(AiorCore *self, AiorOp *op, int res)
         }
         Py_DECREF(r);
     } else {
-        int done = future_done(fut);
+        int done = aior_future_done(fut);
         if (done < 0)
             goto out;
         if (done) {
@@ -472,12 +479,12 @@ finish_op(AiorCore *self, AiorOp *op, int res)
                 PyErr_NormalizeException(&type, &value, &tb);
                 if (tb != NULL)
                     PyException_SetTraceback(value, tb);
-                r = call_method1(fut, str_set_exception, value);
+                r = aior_call_method1(fut, str_set_exception, value);
                 Py_XDECREF(type);
                 Py_XDECREF(value);
                 Py_XDECREF(tb);
             } else {
-                r = call_method1(fut, str_set_result, result);
+                r = aior_call_method1(fut, str_set_result, result);
                 Py_DECREF(result);
             }
             if (r == NULL)
@@ -841,10 +848,40 @@ prep_sqe(AiorCore *self, AiorOp *op, unsigned long long key)
     return prep_binding(self, op, key);
 }
 
+int
+aior_start(AiorCore *self, AiorOp *op, unsigned long long tag, unsigned long long *key_out)
+{
+    if (check_ring(self) < 0)
+        return -1;
+    if (!PyTuple_CheckExact(op->args)) {
+        PyErr_SetString(PyExc_TypeError, "Op.args must be a tuple");
+        return -1;
+    }
+    unsigned long long k = self->next_key | tag;
+    int ret = prep_sqe(self, op, k);
+    if (ret < 0)
+        return ret == -EBUSY ? 0 : -1;
+    self->next_key++;
+    if (tag)
+        self->sq_tagged++;
+    PyObject *key = PyLong_FromUnsignedLongLong(k);
+    if (key == NULL || PyDict_SetItem(self->ops, key, (PyObject *)op) < 0) {
+        /* (the SQE is in the SQ: a CQE for a key not in the table is dropped) */
+        Py_XDECREF(key);
+        return -1;
+    }
+    Py_DECREF(key);
+    op->key = k;
+    op->state = AIOR_SUBMITTED;
+    self->unbounded += op->unbounded;
+    *key_out = k;
+    return 1;
+}
+
 static PyObject *
 core_start(AiorCore *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    unsigned long long tag = 0;
+    unsigned long long tag = 0, key;
 
     if (nargs < 1 || nargs > 2 || !PyObject_TypeCheck(args[0], &AiorOp_Type)) {
         PyErr_SetString(PyExc_TypeError, "start() takes an Op and, optionally, tag bits");
@@ -855,31 +892,10 @@ core_start(AiorCore *self, PyObject *const *args, Py_ssize_t nargs)
         if (tag == (unsigned long long)-1 && PyErr_Occurred())
             return NULL;
     }
-    PyObject *arg = args[0];
-    AiorOp *op = (AiorOp *)arg;
-    if (check_ring(self) < 0)
-        return NULL;
-    if (!PyTuple_CheckExact(op->args)) {
-        PyErr_SetString(PyExc_TypeError, "Op.args must be a tuple");
-        return NULL;
-    }
-    unsigned long long k = self->next_key | tag;
-    int ret = prep_sqe(self, op, k);
+    int ret = aior_start(self, (AiorOp *)args[0], tag, &key);
     if (ret < 0)
-        return ret == -EBUSY ? PyLong_FromLong(0) : NULL;
-    self->next_key++;
-    if (tag)
-        self->sq_tagged++;
-    PyObject *key = PyLong_FromUnsignedLongLong(k);
-    if (key == NULL || PyDict_SetItem(self->ops, key, arg) < 0) {
-        /* (the SQE is in the SQ: a CQE for a key not in the table is dropped) */
-        Py_XDECREF(key);
         return NULL;
-    }
-    op->key = k;
-    op->state = AIOR_SUBMITTED;
-    self->unbounded += op->unbounded;
-    return key;
+    return PyLong_FromUnsignedLongLong(ret ? key : 0);
 }
 
 static PyObject *
@@ -1040,6 +1056,10 @@ PyInit__core(void)
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL)
         return NULL;
+    if (aior_channel_add_types(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddObjectRef(m, "Op", (PyObject *)&AiorOp_Type) < 0 ||
         PyModule_AddObjectRef(m, "Core", (PyObject *)&AiorCore_Type) < 0 ||
         PyModule_AddIntConstant(m, "WAITING", AIOR_WAITING) < 0 ||

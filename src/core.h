@@ -38,10 +38,13 @@
  *     address, and start and length 0, as for FSYNC).
  *   - a prep function of the binding, called as prep(ring, *args, key).
  *
- * A completion target is where a CQE's result goes.  Two kinds exist:
+ * A completion target is where a CQE's result goes.  Three kinds exist:
  *   - a sink: any callable taking the result (an int, negative for -errno);
- *     a stream's receive (which re-arms itself) and its send queue are
- *     sinks.  Set as op.sink; called once per CQE.
+ *     a stream's send queue is one.  Set as op.sink; called once per CQE.
+ *   - a receiver (src/channel.h): a stream's receive target, set as op.sink
+ *     too; the core appends the received bytes to the reader's buffer,
+ *     wakes the reader and re-arms the receive in C, calling policy only
+ *     for EOF, errors, closing and pause.
  *   - a future: any object with done(), set_result(x) and set_exception(e)
  *     (asyncio.Future is one; nothing here assumes asyncio).  Set as
  *     op.future; it gets finish(op, res), or res when finish is None, or the
@@ -192,5 +195,23 @@ typedef struct {
  * [detach() -> None]  The ring is about to be unmapped (closed, or a forked
  *  child's copy): the core never touches it again.
  */
+
+/* The core's C entry points for the channel's targets (src/channel.c):
+ *
+ * aior_start(core, op, tag, &key) -> 1 | 0 | -1  What start() does, from C:
+ *  prepare op's SQE under a new key and put op in the table (see start).
+ *  1: started, *key set; 0: the SQ stays full (nothing changed); -1 with an
+ *  exception set (the ring is detached, or what prep raises).
+ *
+ * aior_unpin(op)  Release op's pin, if it holds one (see Op.pin).
+ *
+ * aior_future_done(fut) -> 1 | 0 | -1  fut.done(), as a C truth value.
+ *
+ * aior_call_method1(obj, name, arg) -> new reference | NULL  obj.name(arg).
+ */
+int aior_start(AiorCore *core, AiorOp *op, unsigned long long tag, unsigned long long *key);
+void aior_unpin(AiorOp *op);
+int aior_future_done(PyObject *fut);
+PyObject *aior_call_method1(PyObject *obj, PyObject *name, PyObject *arg);
 
 #endif

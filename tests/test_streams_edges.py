@@ -8,6 +8,7 @@ import contextlib
 import errno
 import gc
 import os
+import random
 import socket
 import struct
 
@@ -643,3 +644,93 @@ async def test_close_while_paused_ends_a_waiting_read_at_eof(impl, reading, sock
         with pytest.raises(asyncio.IncompleteReadError):
             await asyncio.wait_for(task, 5)
     await asyncio.wait_for(writer.wait_closed(), 5)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_bytes_received_ahead_keep_their_order_with_reads_into_the_callers_buffer(impl, socks):
+    """Small reads let the stream receive ahead into its buffer; larger
+    reads then take those bytes first and the rest from the socket: the
+    stream's bytes come out whole and in order, as with asyncio's reader."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await _streams(impl, a)
+    data = os.urandom(300_000)
+    b.sendall(data[:10])
+    got = bytearray(await reader.readexactly(4))
+    b.sendall(data[10:40_000])  # (the next receive may be out already)
+    got += await reader.readexactly(6)
+    if impl == "aioring":
+        buf = bytearray(100_000)
+        b.sendall(data[40_000:150_000])
+        assert await reader.readinto_exactly(buf) == len(buf)
+        got += buf
+        b.sendall(data[150_000:])
+        while len(got) < len(data):
+            view = memoryview(bytearray(70_000))
+            got += view[:await reader.readinto(view)]
+    else:
+        b.sendall(data[40_000:])
+        got += await reader.readexactly(len(data) - len(got))
+    assert got == data
+    await _close(writer)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_receiving_ahead_stops_near_the_readers_limit(impl, socks):
+    """A reader that does not read holds at most what asyncio's would (its
+    transport pauses above twice the limit, after a receive of up to 256
+    KiB); the rest stays in the socket and comes with the next reads."""
+    a, b = _tcp_pair(socks)
+    limit = 4096
+    if impl == "aioring":
+        reader, writer = await aioring.open_connection(sock=a, limit=limit)
+    else:
+        reader, writer = await asyncio.open_connection(sock=a, limit=limit)
+    b.sendall(b"x")
+    assert await reader.readexactly(1) == b"x"
+    b.setblocking(False)
+    data = os.urandom(1 << 20)
+    sent = 0
+    with contextlib.suppress(BlockingIOError):
+        while sent < len(data):
+            sent += b.send(data[sent:sent + 65536])
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert len(reader._buffer) <= 2 * limit + 256 * 1024
+    got = bytearray()
+    while len(got) < sent:
+        got += await reader.read(sent - len(got))
+    assert got == data[:sent]
+    await _close(writer)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_writes_of_every_kind_leave_in_order_whole(impl, socks):
+    """bytes, bytearrays and memoryviews written in one iteration and over
+    many, small ones joined and large ones past what the kernel takes at
+    once, arrive whole and in the order written, as with asyncio's writer."""
+    a, b = _tcp_pair(socks)
+    _reader, writer = await _streams(impl, a)
+    b.setblocking(False)
+    got = bytearray()
+
+    async def receive() -> None:
+        loop = asyncio.get_running_loop()
+        while data := await loop.sock_recv(b, 1 << 20):
+            got.extend(data)
+
+    receiving = asyncio.ensure_future(receive())
+    rng = random.Random(7)
+    expected = bytearray()
+    for round_ in range(40):
+        for _ in range(rng.randrange(1, 6)):
+            chunk = os.urandom(rng.choice((1, 100, 4000, 20_000, 300_000)))
+            kind = rng.randrange(3)
+            data = chunk if kind == 0 else bytearray(chunk) if kind == 1 else memoryview(chunk)
+            writer.write(data)
+            expected += chunk
+        if round_ % 3 == 0:
+            await writer.drain()
+    writer.write_eof()
+    await asyncio.wait_for(receiving, 30)
+    assert got == expected
+    await _close(writer)

@@ -1,0 +1,628 @@
+/* aioring._core's Receiver, a stream's receive target, and Sender, the hot
+ * path of its send queue (see channel.h for what each holds and each entry
+ * point). */
+#define PY_SSIZE_T_CLEAN
+#include "channel.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <structmember.h>
+
+#ifndef RWF_NOWAIT
+#define RWF_NOWAIT 0x00000008
+#endif
+
+static PyObject *str_buffer, *str_waiter, *str_received, *str_set_result;
+
+static int
+no_reader(AiorRecv *rx)
+{
+    return rx->reader == NULL || rx->reader == Py_None;
+}
+
+/* Policy's part: the subclass's _received(res). */
+static int
+to_policy(AiorRecv *rx, int res)
+{
+    PyObject *num = PyLong_FromLong(res);
+    if (num == NULL)
+        return -1;
+    PyObject *r = aior_call_method1((PyObject *)rx, str_received, num);
+    Py_DECREF(num);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* The reader's buffer (a new reference), or NULL with TypeError. */
+static PyObject *
+reader_buffer(AiorRecv *rx)
+{
+    PyObject *buf = PyObject_GetAttr(rx->reader, str_buffer);
+    if (buf != NULL && !PyByteArray_CheckExact(buf)) {
+        Py_DECREF(buf);
+        PyErr_SetString(PyExc_TypeError, "a stream reader's buffer must be a bytearray");
+        return NULL;
+    }
+    return buf;
+}
+
+/* Append the chunk's first n bytes to buf (feed_data, less a transport's needs). */
+static int
+append(AiorRecv *rx, PyObject *buf, Py_ssize_t n)
+{
+    Py_ssize_t size = PyByteArray_GET_SIZE(buf);
+    if (PyByteArray_Resize(buf, size + n) < 0)
+        return -1;
+    memcpy(PyByteArray_AS_STRING(buf) + size, rx->chunk, (size_t)n);
+    return 0;
+}
+
+/* Wake the reader's waiter, if one waits and is not done, as asyncio's
+   StreamReader does: it is the reader's waiter no more (a completion that
+   follows before its task runs, EOF say, finds none to wake again). */
+static int
+wake(AiorRecv *rx)
+{
+    PyObject *waiter = PyObject_GetAttr(rx->reader, str_waiter);
+    if (waiter == NULL)
+        return -1;
+    int ret = 0;
+    if (waiter != Py_None) {
+        int done = aior_future_done(waiter);
+        if (done == 0 && PyObject_SetAttr(rx->reader, str_waiter, Py_None) < 0)
+            done = -1;
+        if (done == 0) {
+            PyObject *r = aior_call_method1(waiter, str_set_result, Py_None);
+            if (r == NULL)
+                ret = -1;
+            Py_XDECREF(r);
+        } else if (done < 0) {
+            ret = -1;
+        }
+    }
+    Py_DECREF(waiter);
+    return ret;
+}
+
+/* Start op again: the chunk pinned, its SQE prepared, op in the table.
+   1: re-armed; 0: not (the SQ stays full, or op was started meanwhile);
+   -1 with an exception set. */
+static int
+rearm(AiorRecv *rx, AiorCore *core, AiorOp *op)
+{
+    unsigned long long key;
+
+    if (op->state == AIOR_SUBMITTED || op->pinned || op->polling || op->prep != Py_None)
+        return 0; /* (started again meanwhile, or not a receive the core prepares) */
+    if (PyObject_GetBuffer((PyObject *)rx, &op->view, PyBUF_WRITABLE) < 0)
+        return -1;
+    op->pinned = 1;
+    op->cancelled = 0;
+    int ret = aior_start(core, op, 0, &key);
+    if (ret <= 0) {
+        aior_unpin(op);
+        return ret;
+    }
+    rx->armed = 1;
+    return 1;
+}
+
+/* After a re-arm: the flush that submits its SQE.  Called after the waiter
+   was woken, so that the flush runs after the reader's task (call_soon's
+   order): what the task writes leaves in the same submit. */
+static int
+schedule_flush(AiorRecv *rx)
+{
+    if (rx->flush == NULL || rx->flush == Py_None)
+        return 0;
+    PyObject *r = PyObject_CallNoArgs(rx->flush);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* The hot path's share: the bytes appended, the op re-armed (core: may
+   re-arm), the waiter woken.  -1 with an exception set. */
+static int
+deliver(AiorRecv *rx, AiorCore *core, AiorOp *op, int res)
+{
+    PyObject *buf = reader_buffer(rx);
+    if (buf == NULL)
+        return -1;
+    if (append(rx, buf, res) < 0) {
+        Py_DECREF(buf);
+        return -1;
+    }
+    int armed = 0;
+    /* Re-armed before the waiter is woken: whatever its done() or
+       set_result() runs (a TLS layer's watch) sees the receive out. */
+    if (core != NULL && rx->core == (PyObject *)core && core->ring != NULL && res < rx->rearm_max &&
+        PyByteArray_GET_SIZE(buf) < rx->buffer_max)
+        armed = rearm(rx, core, op);
+    Py_DECREF(buf);
+    if (armed < 0) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        wake(rx); /* (the bytes are in the buffer: its reader still gets them) */
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return -1;
+    }
+    if (wake(rx) < 0)
+        return -1;
+    return armed ? schedule_flush(rx) : 0;
+}
+
+int
+aior_recv_complete(AiorCore *core, AiorOp *op, AiorRecv *rx, int res)
+{
+    rx->armed = 0;
+    if (res <= 0 || rx->closing || rx->paused || no_reader(rx) || rx->chunk == NULL ||
+        res > AIOR_RECV_CHUNK)
+        return to_policy(rx, res);
+    return deliver(rx, core, op, res);
+}
+
+/* ---------------------------------------------------- the receiver type */
+
+static PyObject *
+recv_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    AiorRecv *rx = (AiorRecv *)type->tp_alloc(type, 0);
+    if (rx == NULL)
+        return NULL;
+    rx->reader = Py_NewRef(Py_None);
+    rx->core = Py_NewRef(Py_None);
+    rx->flush = Py_NewRef(Py_None);
+    return (PyObject *)rx;
+}
+
+static int
+recv_traverse(AiorRecv *rx, visitproc visit, void *arg)
+{
+    Py_VISIT(rx->reader);
+    Py_VISIT(rx->core);
+    Py_VISIT(rx->flush);
+    return 0;
+}
+
+static int
+recv_clear(AiorRecv *rx)
+{
+    Py_CLEAR(rx->reader);
+    Py_CLEAR(rx->core);
+    Py_CLEAR(rx->flush);
+    return 0;
+}
+
+static void
+recv_dealloc(AiorRecv *rx)
+{
+    PyObject_GC_UnTrack(rx);
+    recv_clear(rx);
+    free(rx->chunk); /* (no export is left: each holds a reference) */
+    rx->chunk = NULL;
+    Py_TYPE(rx)->tp_free((PyObject *)rx);
+}
+
+static PyObject *
+recv_call(AiorRecv *rx, PyObject *args, PyObject *kwds)
+{
+    int res;
+
+    if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "a receiver takes one result");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "i:Receiver", &res))
+        return NULL;
+    if (aior_recv_complete(NULL, NULL, rx, res) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+recv_deliver(AiorRecv *rx, PyObject *arg)
+{
+    long res = PyLong_AsLong(arg);
+
+    if (res == -1 && PyErr_Occurred())
+        return NULL;
+    if (res <= 0 || res > AIOR_RECV_CHUNK || rx->chunk == NULL) {
+        PyErr_SetString(PyExc_ValueError, "_deliver() takes 0 < res <= RECV_CHUNK of a chunk");
+        return NULL;
+    }
+    if (no_reader(rx)) {
+        PyErr_SetString(PyExc_TypeError, "a receiver without a reader");
+        return NULL;
+    }
+    if (deliver(rx, NULL, NULL, (int)res) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static int
+recv_getbuffer(AiorRecv *rx, Py_buffer *view, int flags)
+{
+    if (rx->chunk == NULL) {
+        rx->chunk = malloc(AIOR_RECV_CHUNK);
+        if (rx->chunk == NULL) {
+            PyErr_NoMemory();
+            view->obj = NULL;
+            return -1;
+        }
+    }
+    return PyBuffer_FillInfo(view, (PyObject *)rx, rx->chunk, AIOR_RECV_CHUNK, 0, flags);
+}
+
+static PyBufferProcs recv_as_buffer = {
+    .bf_getbuffer = (getbufferproc)recv_getbuffer,
+};
+
+static PyObject *
+recv_get_has_chunk(AiorRecv *rx, void *unused)
+{
+    return PyBool_FromLong(rx->chunk != NULL);
+}
+
+static PyMethodDef recv_methods[] = {
+    {"_deliver", (PyCFunction)recv_deliver, METH_O,
+     "_deliver(res): append the chunk's first res bytes to the reader's buffer, wake its waiter."},
+    {NULL},
+};
+
+static PyMemberDef recv_members[] = {
+    {"_reader", T_OBJECT, offsetof(AiorRecv, reader), 0, NULL},
+    {"_core", T_OBJECT, offsetof(AiorRecv, core), 0, NULL},
+    {"_flush", T_OBJECT, offsetof(AiorRecv, flush), 0, NULL},
+    {"_rearm_max", T_PYSSIZET, offsetof(AiorRecv, rearm_max), 0, NULL},
+    {"_buffer_max", T_PYSSIZET, offsetof(AiorRecv, buffer_max), 0, NULL},
+    {"_armed", T_BOOL, offsetof(AiorRecv, armed), 0, NULL},
+    {"_closing", T_BOOL, offsetof(AiorRecv, closing), 0, NULL},
+    {"_paused", T_BOOL, offsetof(AiorRecv, paused), 0, NULL},
+    {NULL},
+};
+
+static PyGetSetDef recv_getset[] = {
+    {"has_chunk", (getter)recv_get_has_chunk, NULL, "Whether the chunk exists.", NULL},
+    {NULL},
+};
+
+PyTypeObject AiorRecv_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aioring._core.Receiver",
+    .tp_doc = "A stream's receive target: the core appends each receive to the "
+              "reader's buffer and re-arms it (see channel.h).",
+    .tp_basicsize = sizeof(AiorRecv),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .tp_new = recv_new,
+    .tp_call = (ternaryfunc)recv_call,
+    .tp_traverse = (traverseproc)recv_traverse,
+    .tp_clear = (inquiry)recv_clear,
+    .tp_dealloc = (destructor)recv_dealloc,
+    .tp_as_buffer = &recv_as_buffer,
+    .tp_methods = recv_methods,
+    .tp_members = recv_members,
+    .tp_getset = recv_getset,
+};
+
+/* ---------------------------------------------------------- the sender */
+
+static PyObject *str_write, *str_append, *str_clear, *str_send, *str_sent, *str_after_send;
+
+static int
+is_none(PyObject *obj)
+{
+    return obj == NULL || obj == Py_None;
+}
+
+/* obj.name() */
+static PyObject *
+call_method0(PyObject *obj, PyObject *name)
+{
+    PyObject *args[1] = {obj};
+    return PyObject_VectorcallMethod(name, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* obj.name(), its result dropped: 0, or -1 with an exception set. */
+static int
+call0(PyObject *obj, PyObject *name)
+{
+    PyObject *r = call_method0(obj, name);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* obj.name(arg), its result dropped. */
+static int
+call1(PyObject *obj, PyObject *name, PyObject *arg)
+{
+    PyObject *r = aior_call_method1(obj, name, arg);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* obj.name(value) with an int, its result dropped. */
+static int
+call_int(PyObject *obj, PyObject *name, long value)
+{
+    PyObject *num = PyLong_FromLong(value);
+    if (num == NULL)
+        return -1;
+    int ret = call1(obj, name, num);
+    Py_DECREF(num);
+    return ret;
+}
+
+static PyObject *
+sender_write(AiorSender *tx, PyObject *data)
+{
+    if (!PyBytes_CheckExact(data) || tx->eof_wanted || !is_none(tx->write_exc) || tx->closing ||
+        is_none(tx->pending))
+        return aior_call_method1((PyObject *)tx, str_write, data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    if (n == 0)
+        Py_RETURN_NONE;
+    if (call1(tx->pending, str_append, data) < 0)
+        return NULL;
+    tx->pending_size += n;
+    if (is_none(tx->sending) && !tx->soon) {
+        /* The writes of this loop iteration leave together, at its flush
+           (or at drain(), whichever comes first): one send for them all. */
+        tx->soon = 1;
+        if (is_none(tx->defer) || is_none(tx->send_soon)) {
+            PyErr_SetString(PyExc_RuntimeError, "a send queue without its ring");
+            return NULL;
+        }
+        PyObject *r = PyObject_CallOneArg(tx->defer, tx->send_soon);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
+    Py_RETURN_NONE;
+}
+
+/* The pending buffers joined into `out` (at most AIOR_JOIN_MAX bytes, the
+   queue's pending_size): 1 if they add up to it, 0 if not (policy's turn),
+   -1 with an exception set. */
+static int
+join_pending(AiorSender *tx, char *out)
+{
+    PyObject *it = PyObject_GetIter(tx->pending);
+    if (it == NULL)
+        return -1;
+    Py_ssize_t at = 0;
+    int ret = 1;
+    PyObject *item;
+    while (ret == 1 && (item = PyIter_Next(it)) != NULL) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(item, &view, PyBUF_SIMPLE) < 0) {
+            ret = -1;
+        } else {
+            if (view.len > tx->pending_size - at)
+                ret = 0;
+            else
+                memcpy(out + at, view.buf, (size_t)view.len);
+            at += view.len;
+            PyBuffer_Release(&view);
+        }
+        Py_DECREF(item);
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred())
+        return -1;
+    return ret == 1 && at == tx->pending_size ? 1 : ret;
+}
+
+/* The queue holds one buffer again: `joined`'s bytes (when the send did not
+   take them all, the rest goes as one buffer). */
+static int
+pending_joined(AiorSender *tx, const char *joined, Py_ssize_t size)
+{
+    PyObject *data = PyBytes_FromStringAndSize(joined, size);
+    if (data == NULL)
+        return -1;
+    int ret = call0(tx->pending, str_clear) < 0 || call1(tx->pending, str_append, data) < 0 ? -1 : 0;
+    Py_DECREF(data);
+    return ret;
+}
+
+/* What policy does after a direct send of `size` bytes that returned n
+   (errno err when negative). */
+static PyObject *
+after_direct(AiorSender *tx, ssize_t n, int err)
+{
+    PyObject *self = (PyObject *)tx;
+
+    if (n > 0 || (n < 0 && (err == EAGAIN || err == EWOULDBLOCK))) {
+        /* Part of it, or nothing: the kernel is full, the ring waits for room. */
+        if (n > 0 && call_int(self, str_sent, (long)n) < 0)
+            return NULL;
+        return aior_call_method1(self, str_send, Py_False);
+    }
+    if (n < 0 && err != EINTR && err != EOPNOTSUPP && err != EINVAL && err != ENOSYS &&
+        err != ENOTSOCK) {
+        /* The connection's error (a reset peer): it ends there. */
+        if (call_int(self, str_sent, -(long)err) < 0 || call0(self, str_after_send) < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    return call_method0(self, str_send); /* (policy tells these apart) */
+}
+
+static PyObject *
+sender_send_now(AiorSender *tx, PyObject *unused)
+{
+    PyObject *self = (PyObject *)tx;
+    char joined[AIOR_JOIN_MAX];
+
+    tx->soon = 0;
+    if (!is_none(tx->sending) || is_none(tx->pending))
+        Py_RETURN_NONE; /* (a send in flight: its CQE sends the rest) */
+    Py_ssize_t count = PyObject_Length(tx->pending);
+    if (count <= 0)
+        return count < 0 ? NULL : Py_NewRef(Py_None);
+    Py_ssize_t size = tx->pending_size;
+    int pooled = is_none(tx->pooled) ? 0 : PyObject_IsTrue(tx->pooled);
+    if (pooled < 0)
+        return NULL;
+    if (size > AIOR_JOIN_MAX || size <= 0 || !tx->direct || !is_none(tx->write_exc) || tx->closing ||
+        pooled)
+        return call_method0(self, str_send);
+    /* The common case, in short: the iteration's small writes, joined,
+       that the kernel takes whole, there and then. */
+    int ok = join_pending(tx, joined);
+    if (ok <= 0)
+        return ok < 0 ? NULL : call_method0(self, str_send);
+    ssize_t n;
+    if (tx->is_socket) {
+        n = send(tx->fd, joined, (size_t)size, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } else {
+        struct iovec iov = {joined, (size_t)size};
+        n = pwritev2(tx->fd, &iov, 1, -1, RWF_NOWAIT);
+    }
+    int err = n < 0 ? errno : 0;
+    if (n == size) {
+        if (call0(tx->pending, str_clear) < 0)
+            return NULL;
+        tx->pending_size = 0;
+        tx->sent_total += n;
+        int waiting = is_none(tx->drain_waiters) ? 0 : PyObject_IsTrue(tx->drain_waiters);
+        if (waiting < 0)
+            return NULL;
+        if ((waiting || tx->eof_wanted) && call0(self, str_after_send) < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if (count > 1 && pending_joined(tx, joined, size) < 0)
+        return NULL;
+    return after_direct(tx, n, err);
+}
+
+static PyObject *
+sender_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    AiorSender *tx = (AiorSender *)type->tp_alloc(type, 0);
+    if (tx == NULL)
+        return NULL;
+    tx->pending = Py_NewRef(Py_None);
+    tx->sending = Py_NewRef(Py_None);
+    tx->write_exc = Py_NewRef(Py_None);
+    tx->pooled = Py_NewRef(Py_None);
+    tx->drain_waiters = Py_NewRef(Py_None);
+    tx->defer = Py_NewRef(Py_None);
+    tx->send_soon = Py_NewRef(Py_None);
+    tx->fd = -1;
+    tx->direct = 1;
+    return (PyObject *)tx;
+}
+
+static int
+sender_traverse(AiorSender *tx, visitproc visit, void *arg)
+{
+    Py_VISIT(tx->pending);
+    Py_VISIT(tx->sending);
+    Py_VISIT(tx->write_exc);
+    Py_VISIT(tx->pooled);
+    Py_VISIT(tx->drain_waiters);
+    Py_VISIT(tx->defer);
+    Py_VISIT(tx->send_soon);
+    return 0;
+}
+
+static int
+sender_clear(AiorSender *tx)
+{
+    Py_CLEAR(tx->pending);
+    Py_CLEAR(tx->sending);
+    Py_CLEAR(tx->write_exc);
+    Py_CLEAR(tx->pooled);
+    Py_CLEAR(tx->drain_waiters);
+    Py_CLEAR(tx->defer);
+    Py_CLEAR(tx->send_soon);
+    return 0;
+}
+
+static void
+sender_dealloc(AiorSender *tx)
+{
+    PyObject_GC_UnTrack(tx);
+    sender_clear(tx);
+    Py_TYPE(tx)->tp_free((PyObject *)tx);
+}
+
+static PyMethodDef sender_methods[] = {
+    {"write", (PyCFunction)sender_write, METH_O,
+     "write(data): queue data to send, as asyncio's transport.write (see channel.h)."},
+    {"_send_now", (PyCFunction)sender_send_now, METH_NOARGS,
+     "_send_now(): the flush's send of the pending data (see channel.h)."},
+    {NULL},
+};
+
+#define TX_OBJ(name, field) {name, T_OBJECT, offsetof(AiorSender, field), 0, NULL}
+static PyMemberDef sender_members[] = {
+    TX_OBJ("_pending", pending), TX_OBJ("_sending", sending), TX_OBJ("_write_exc", write_exc),
+    TX_OBJ("_pooled", pooled), TX_OBJ("_drain_waiters", drain_waiters), TX_OBJ("_defer", defer),
+    TX_OBJ("_send_soon", send_soon),
+    {"_pending_size", T_PYSSIZET, offsetof(AiorSender, pending_size), 0, NULL},
+    {"_sent_total", T_LONGLONG, offsetof(AiorSender, sent_total), 0, NULL},
+    {"_fd", T_INT, offsetof(AiorSender, fd), 0, NULL},
+    {"_eof_wanted", T_BOOL, offsetof(AiorSender, eof_wanted), 0, NULL},
+    {"_closing", T_BOOL, offsetof(AiorSender, closing), 0, NULL},
+    {"_soon", T_BOOL, offsetof(AiorSender, soon), 0, NULL},
+    {"_direct", T_BOOL, offsetof(AiorSender, direct), 0, NULL},
+    {"_is_socket", T_BOOL, offsetof(AiorSender, is_socket), 0, NULL},
+    {NULL},
+};
+
+PyTypeObject AiorSender_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aioring._core.Sender",
+    .tp_doc = "The hot path of a stream's send queue: write() and the flush's "
+              "direct send (see channel.h).",
+    .tp_basicsize = sizeof(AiorSender),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .tp_new = sender_new,
+    .tp_traverse = (traverseproc)sender_traverse,
+    .tp_clear = (inquiry)sender_clear,
+    .tp_dealloc = (destructor)sender_dealloc,
+    .tp_methods = sender_methods,
+    .tp_members = sender_members,
+};
+
+int
+aior_channel_add_types(PyObject *module)
+{
+    str_buffer = PyUnicode_InternFromString("_buffer");
+    str_waiter = PyUnicode_InternFromString("_waiter");
+    str_received = PyUnicode_InternFromString("_received");
+    str_set_result = PyUnicode_InternFromString("set_result");
+    str_write = PyUnicode_InternFromString("_write");
+    str_append = PyUnicode_InternFromString("append");
+    str_clear = PyUnicode_InternFromString("clear");
+    str_send = PyUnicode_InternFromString("send");
+    str_sent = PyUnicode_InternFromString("_sent");
+    str_after_send = PyUnicode_InternFromString("_after_send");
+    if (str_buffer == NULL || str_waiter == NULL || str_received == NULL || str_set_result == NULL ||
+        str_write == NULL || str_append == NULL || str_clear == NULL || str_send == NULL ||
+        str_sent == NULL || str_after_send == NULL)
+        return -1;
+    if (PyType_Ready(&AiorRecv_Type) < 0 || PyType_Ready(&AiorSender_Type) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(module, "Receiver", (PyObject *)&AiorRecv_Type) < 0 ||
+        PyModule_AddObjectRef(module, "Sender", (PyObject *)&AiorSender_Type) < 0 ||
+        PyModule_AddIntConstant(module, "RECV_CHUNK", AIOR_RECV_CHUNK) < 0 ||
+        PyModule_AddIntConstant(module, "JOIN_MAX", AIOR_JOIN_MAX) < 0)
+        return -1;
+    return 0;
+}

@@ -1,0 +1,157 @@
+/* aioring._core's channel targets: the receive target of a socket or pipe
+ * stream, in C (see core.h for the seam of the core itself).
+ *
+ * Receiver is a completion target of its own kind, beside a future and a
+ * sink (core.h): an op whose sink is a Receiver (or an instance of a
+ * subclass) has its CQE handed to aior_recv_complete() without a call into
+ * Python on the hot path.  The Python subclass (aioring._channel._Receiver)
+ * is the policy: pause and resume, close, the reads that do not wait, the
+ * receive into the caller's buffer, EOF and errors.
+ *
+ * What a Receiver holds and how it is shared with its policy:
+ *   - a chunk of AIOR_RECV_CHUNK bytes, malloc'd (not zeroed: untouched
+ *     pages cost no memory) the first time its buffer is asked for, freed
+ *     with the object.  The Receiver exposes it through the buffer protocol
+ *     (writable): policy pins the Receiver itself as the receive op's
+ *     buffer, and receives into it directly (recv_into) after an idle
+ *     socket's poll.  Until then no chunk exists: an idle connection holds
+ *     no buffer.
+ *   - attributes policy reads and writes as plain attributes, and the C
+ *     side reads as C fields:
+ *       _reader      the StreamReader it feeds (None: none yet).  Its
+ *                    `_buffer` (a bytearray) gets the bytes; its `_waiter`
+ *                    (None, or any object with done() and set_result())
+ *                    is woken, and unset first, as asyncio's reader
+ *                    unsets it.
+ *       _armed       a receive into the chunk is in the kernel (its op
+ *                    SUBMITTED); cleared by every completion.
+ *       _closing     closing: every completion goes to policy.
+ *       _paused      pause_reading(): every completion goes to policy.
+ *       _core        the Core that re-arms the op (None: never re-arms;
+ *                    the threads backend, an emulated opcode).
+ *       _flush       called (no arguments) after a re-arm, so that the SQE
+ *                    it prepared is submitted (the ring's flush).
+ *       _rearm_max   a completion of fewer bytes than this re-arms (bulk
+ *                    data, larger, is left to the reader's direct receive
+ *                    into its own buffer); 0: never.
+ *       _buffer_max  re-arms only while the reader's buffer holds fewer
+ *                    bytes than this (backpressure: the reader's limit).
+ */
+#ifndef AIORING_CHANNEL_H
+#define AIORING_CHANNEL_H
+
+#include "core.h"
+
+/* What one receive into the chunk takes at most (asyncio's socket
+   transport receives 256 KiB at a time). */
+#define AIOR_RECV_CHUNK (256 * 1024)
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *reader;      /* _reader */
+    PyObject *core;        /* _core: an AiorCore, or None */
+    PyObject *flush;       /* _flush: callable, or None */
+    Py_ssize_t rearm_max;  /* _rearm_max */
+    Py_ssize_t buffer_max; /* _buffer_max */
+    char armed;            /* _armed */
+    char closing;          /* _closing */
+    char paused;           /* _paused */
+    char *chunk;           /* NULL until its buffer is first asked for */
+} AiorRecv;
+
+extern PyTypeObject AiorRecv_Type;
+
+/* Sender: the hot path of a stream's send queue, the base of the Python
+ * policy class (aioring._channel._SendQueue), whose fields it shares as
+ * plain attributes (C fields on this side):
+ *       _pending       a collections.deque of the buffers to send, in order
+ *                      (None until the first write, which policy makes)
+ *       _pending_size  their bytes in all
+ *       _sending       the ring op of the send in flight, or None
+ *       _write_exc     the error that failed the writer, or None
+ *       _pooled        policy's copies of large buffers (falsy: none)
+ *       _drain_waiters drain()'s futures (falsy: none)
+ *       _eof_wanted, _closing, _soon (a send is deferred to the flush),
+ *       _direct (sends are tried without waiting), _is_socket, _fd,
+ *       _sent_total
+ *       _defer         the ring's defer(callback)
+ *       _send_soon     what _defer is given: the bound _send_now
+ */
+#define AIOR_JOIN_MAX (16 * 1024)
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *pending, *sending, *write_exc, *pooled, *drain_waiters, *defer, *send_soon;
+    Py_ssize_t pending_size;
+    long long sent_total;
+    int fd;
+    char eof_wanted, closing, soon, direct, is_socket;
+} AiorSender;
+
+extern PyTypeObject AiorSender_Type;
+
+#define AiorRecv_Check(obj) PyObject_TypeCheck((obj), &AiorRecv_Type)
+
+/* Entry points (Python names in brackets):
+ *
+ * [Receiver()]  A new target: no reader, no chunk, nothing armed, never
+ *  re-arms.  Subclassed by policy (with __slots__ of its own).
+ *
+ * [receiver(res)]  The sink's call: the result of a receive into the chunk
+ *  that the core did not dispatch itself (policy's withdraw of an op the
+ *  kernel never saw).  Clears _armed; as aior_recv_complete() without the
+ *  re-arm.
+ *
+ * [_deliver(res) -> None]  Append the chunk's first res bytes (0 < res <=
+ *  AIOR_RECV_CHUNK) to the reader's buffer and wake its waiter: policy's
+ *  own receive into the chunk (after a poll), or a completion it took over.
+ *  Raises ValueError for a res out of range, TypeError when the reader's
+ *  buffer is not a bytearray, BufferError when it cannot be resized (a view
+ *  of it is held), and what the waiter's done() and set_result() raise.
+ *
+ * [has_chunk]  Whether the chunk exists.
+ *
+ * aior_recv_complete(core, op, rx, res) -> 0 | -1 (C, called by the core's
+ *  dispatch for an op whose sink is rx, after the op's pin was released
+ *  and its state set DONE).  Clears _armed.  On res > 0 when neither
+ *  closing nor paused, with a reader: appends the bytes to the reader's
+ *  buffer, re-arms the op when policy allows it (_core set and its ring
+ *  attached, res < _rearm_max, the buffer below _buffer_max, op a receive
+ *  the core prepares: the chunk pinned again, the SQE prepared and the op
+ *  put in the table under a new key, _armed set, _flush called; when the
+ *  SQ stays full it is not re-armed and the reader's next wait arms it),
+ *  then wakes the reader's waiter if it is not done.  Anything else (EOF,
+ *  an error, closing, paused, no reader) goes to policy: the subclass's
+ *  _received(res).  -1 with an exception set when one escaped (the core
+ *  strands the CQEs after it).
+ *
+ * [Sender()]  A send queue with nothing pending (fields None, 0, False;
+ *  _direct True).  Subclassed by policy (with __slots__ of its own).
+ *
+ * [write(data) -> None]  asyncio's transport.write: bytes of a writer that
+ *  may write are queued (empty ones: nothing), and the first write of the
+ *  iteration defers _send_soon to the flush (unless a send is in flight,
+ *  whose completion sends the rest).  Anything else (another type, the
+ *  first write, after write_eof() or close() or a failed send) goes to
+ *  policy's _write(data), which raises what asyncio's write raises.
+ *
+ * [_send_now() -> None]  The flush's send: the pending bytes, when nothing
+ *  is in flight and they are few (at most AIOR_JOIN_MAX, no pooled copies,
+ *  not closing, no error, direct sends on), are joined (on the C stack)
+ *  and sent at once without waiting (send(2) with MSG_DONTWAIT and
+ *  MSG_NOSIGNAL; a pipe's pwritev2 with RWF_NOWAIT).  All taken: the queue
+ *  is emptied, and policy's _after_send() called only when drain() waits or
+ *  an EOF is wanted.  Otherwise policy goes on, in order: send() (not
+ *  direct, or too much; or the system call refused: EINTR, EOPNOTSUPP,
+ *  EINVAL, ENOSYS, ENOTSOCK), send(False) after the part taken was
+ *  accounted by _sent(n) (the kernel is full: EAGAIN or a partial send),
+ *  or _sent(-errno) and _after_send() (the connection's error).  The joined
+ *  writes then wait in the queue as one bytes object.
+ *
+ * aior_channel_add_types(module) -> 0 | -1  Adds Receiver, Sender,
+ *  RECV_CHUNK and JOIN_MAX to the module (its init).
+ */
+int aior_recv_complete(AiorCore *core, AiorOp *op, AiorRecv *rx, int res);
+int aior_channel_add_types(PyObject *module);
+
+#endif
