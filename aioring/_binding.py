@@ -10,12 +10,19 @@ it.  Above this module nothing sees ``ffi`` or ``lib``: it gets
   -errno.  Callers hand them, with their ``args``, to ``Ring.start`` without
   calling them; they are the binding's own objects (cffi functions), so
   that the core calls them without a Python frame between;
-- a few calls whose C result needs converting (``statx_fields``).
+- the ring itself (``IoUring``): the ``struct io_uring`` and its mappings,
+  made, probed and unmapped here, lent to the core by address;
+- each prep function's system call twin (``sync``, ``SYNC_OPCODES``), which
+  worker threads make where the kernel cannot;
+- a few calls whose C result needs converting (``statx_fields``), and
+  ``os_error``, the exception of every -errno.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import errno
+import os
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._liburing import ffi, lib
@@ -25,6 +32,21 @@ Sync = Callable[..., int]  # sync(*args) -> what the CQE would carry
 
 # A pointer argument given no buffer (a prep function's `addr`, say).
 NULL: Any = ffi.NULL
+# release(cdata): let go of an export (ffi.from_buffer) or of memory the
+# binding made now, not when the last reference to it goes.
+release: Callable[[Any], None] = ffi.release
+
+
+def os_error(res: int, filename: Any = None, filename2: Any = None) -> OSError:
+    """The exception for a negative result (-errno of a CQE or of a call
+    here): OSError picks the PEP 3151 subclass."""
+    code = -res
+    if filename2 is not None:
+        return OSError(code, os.strerror(code), filename, None, filename2)
+    if filename is not None:
+        return OSError(code, os.strerror(code), filename)
+    return OSError(code, os.strerror(code))
+
 
 # ---- how this build linked liburing (_build_liburing.py) -------------------
 LIBURING_VERSION: tuple[int, int] | None = (
@@ -109,9 +131,114 @@ prep_symlinkat: Prep = lib.aior_prep_symlinkat
 prep_fallocate: Prep = lib.aior_prep_fallocate
 prep_splice: Prep = lib.aior_prep_splice
 
-# ---- the threads backend's system calls ---------------------------------------
+# ---- the ring ----------------------------------------------------------------
+class IoUring:
+    """One io_uring of the kernel, as liburing's ``struct io_uring``: its fd and
+    its submission and completion queues, mapped into this process.
+
+    It owns them from the setup the constructor makes until `exit()` unmaps
+    them.  The core borrows them through `handle` (the cdata every prep
+    function takes as its ring, which the core keeps alive) and `address`
+    (the struct's address, an int); whoever gave them to a core detaches it
+    before calling `exit()`.
+
+    `IoUring(entries, flag_sets)` sets up a ring of `entries` SQEs with the
+    first of `flag_sets` (IORING_SETUP_* bits) the kernel accepts: EINVAL, a
+    flag it lacks, tries the next.  Raises the OSError of io_uring_setup
+    (ENOSYS, EPERM, ENOMEM: see docs/design.md).
+    """
+
+    __slots__ = ("_tags", "address", "cq_entries", "features", "handle", "setup_flags", "sq_entries")
+
+    def __init__(self, entries: int, flag_sets: Iterable[int] = (0,)) -> None:
+        handle = ffi.new("struct io_uring *")
+        out = ffi.new("unsigned[3]")
+        ret = -errno.EINVAL
+        for flags in flag_sets:
+            ret = lib.aior_setup(handle, entries, 0, flags, out, out + 1, out + 2)
+            if ret != -errno.EINVAL:
+                break  # EINVAL: a flag this kernel lacks; try the next set
+        if ret < 0:
+            raise os_error(ret)
+        self.handle: Any = handle  # None once unmapped
+        self.address = int(ffi.cast("uintptr_t", handle))
+        self.setup_flags: int = flags
+        self.features: int = out[0]  # IORING_FEAT_* bits
+        self.sq_entries: int = out[1]
+        self.cq_entries: int = out[2]
+        self._tags = ffi.new("uint64_t[]", self.sq_entries)  # (for unsubmitted)
+
+    def _mapped(self) -> Any:
+        handle = self.handle
+        if handle is None:
+            raise ValueError("this io_uring is unmapped")
+        return handle
+
+    @property
+    def fd(self) -> int:
+        """The ring's fd; ValueError once unmapped."""
+        return int(lib.aior_ring_fd(self._mapped()))
+
+    def probe(self) -> frozenset[int]:
+        """The opcodes the kernel supports (IORING_REGISTER_PROBE); OSError
+        if it cannot say."""
+        supported = ffi.new("unsigned char[256]")
+        n = lib.aior_probe(self._mapped(), supported, 256)
+        if n < 0:
+            raise os_error(n)
+        return frozenset(op for op in range(n) if supported[op])
+
+    def register_eventfd(self, efd: int) -> None:
+        """Have the kernel signal `efd` whenever it posts a CQE; OSError if it refuses."""
+        ret = lib.io_uring_register_eventfd(self._mapped(), efd)
+        if ret < 0:
+            raise os_error(ret)
+
+    def wait(self, timeout: float) -> bool:
+        """Submit what the SQ holds, then block until a CQE is ready: False when
+        none came within `timeout` seconds, or on an error (a closing ring
+        drains with it)."""
+        return lib.aior_wait(self._mapped(), int(timeout * 1000)) >= 0
+
+    def withdraw(self, user_data: int) -> bool:
+        """Turn the SQE tagged `user_data`, if the kernel has not read it yet,
+        into a NOP with the same tag (whose CQE still comes): True if so."""
+        handle = self.handle
+        return handle is not None and lib.aior_withdraw(handle, user_data) == 1
+
+    def unsubmitted(self, mask: int) -> list[int]:
+        """The tags having every bit of `mask` among the SQEs the kernel has
+        not read yet, oldest first."""
+        handle = self.handle
+        if handle is None:
+            return []
+        tags = self._tags
+        return ffi.unpack(tags, lib.aior_unsubmitted(handle, mask, tags, len(tags)))
+
+    def sq_space(self) -> int:
+        """How many more SQEs can be prepared before the next submit."""
+        return int(lib.aior_sq_space(self._mapped()))
+
+    def link_last(self) -> None:
+        """Flag the SQE prepared last IOSQE_IO_LINK: the next SQE prepared
+        starts only once this one completed in full."""
+        lib.aior_flag_last(self._mapped(), lib.IOSQE_IO_LINK)
+
+    def exit(self) -> None:
+        """Unmap the queues and close the ring's fd (io_uring_queue_exit), once.
+
+        In a forked child this drops the child's copies only: the kernel's
+        ring lives on while the parent's fd holds it."""
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            lib.io_uring_queue_exit(handle)
+
+
+# ---- the system call twins ------------------------------------------------------
 # One per prep function, with its arguments less the ring and the tag,
-# returning what the CQE would carry (a count, or -errno).
+# returning what the CQE would carry (a count, or -errno).  Worker threads
+# make them: every blocking request of the threads backend, and on io_uring
+# the requests whose opcode the kernel lacks.
 sync_rw: Sync = lib.aior_sync_rw
 sync_rw_sqe: Sync = lib.aior_sync_rw_sqe
 sync_msg: Sync = lib.aior_sync_msg
@@ -128,14 +255,81 @@ sync_accept: Sync = lib.aior_sync_accept
 sync_connect: Sync = lib.aior_sync_connect
 sync_splice: Sync = lib.aior_sync_splice
 sync_shutdown: Sync = lib.aior_sync_shutdown
+
+# Each prep function's twin, and the opcode of its requests (None: args[0],
+# whose fd is then args[1]; else the fd, if any, is args[0]).  The key None
+# is a read or write the core prepares itself (see sync).
+_TWINS: dict[Prep | None, tuple[Sync | None, int | None]] = {
+    None: (None, None),
+    prep_rw: (sync_rw, None),
+    prep_rw_sqe: (sync_rw_sqe, None),
+    prep_msg: (sync_msg, None),
+    prep_openat: (sync_openat, OP_OPENAT),
+    prep_close: (sync_close, OP_CLOSE),
+    prep_statx: (sync_statx, OP_STATX),
+    prep_unlinkat: (sync_unlinkat, OP_UNLINKAT),
+    prep_renameat: (sync_renameat, OP_RENAMEAT),
+    prep_mkdirat: (sync_mkdirat, OP_MKDIRAT),
+    prep_linkat: (sync_linkat, OP_LINKAT),
+    prep_symlinkat: (sync_symlinkat, OP_SYMLINKAT),
+    prep_fallocate: (sync_fallocate, OP_FALLOCATE),
+    prep_accept: (sync_accept, OP_ACCEPT),
+    prep_connect: (sync_connect, OP_CONNECT),
+    prep_splice: (sync_splice, OP_SPLICE),
+    prep_shutdown: (sync_shutdown, OP_SHUTDOWN),
+}
+PREP_OPCODE: dict[Prep | None, int | None] = {prep: opcode for prep, (_, opcode) in _TWINS.items()}
+_SYNC: dict[Prep | None, Sync | None] = {prep: twin for prep, (twin, _) in _TWINS.items()}
+# The opcodes whose requests sync() makes (those of sync_rw, sync_msg and
+# the twins above).
+SYNC_OPCODES: frozenset[int] = frozenset({
+    OP_READ, OP_WRITE, OP_READV, OP_WRITEV, OP_RECV, OP_SEND, OP_SENDMSG, OP_RECVMSG, OP_FSYNC, OP_FTRUNCATE,
+    *(opcode for opcode in PREP_OPCODE.values() if opcode is not None),
+})
+
+
+def opcode_of(prep: Prep | None, args: tuple[Any, ...]) -> int:
+    """The opcode of the request prep(ring, *args, tag) prepares (prep None:
+    a read or write the core prepares, whose opcode is args[0])."""
+    if prep is prep_poll:
+        return OP_POLL_ADD
+    opcode = PREP_OPCODE[prep]
+    return args[0] if opcode is None else opcode
+
+
+_CHARS = ffi.typeof("char[]")
+
+
+def sync(prep: Prep | None, args: tuple[Any, ...], pinned: Any) -> int:
+    """Make the request prep(ring, *args, tag) would prepare as its system
+    call, now, in this thread (cffi releases the GIL during the call):
+    what its CQE would carry, a count or -errno (-ECANCELED when
+    stop_request stopped it).  KeyError for a prep function without a twin
+    (prep_poll: a poll is the caller's to make).
+
+    prep None is a read or write the core prepares itself (src/core.h):
+    args are (opcode, fd, start, length, offset, rw_flags[, sqe_flags]),
+    start and length in the buffer of `pinned` (None: no buffer), of which
+    the call takes an export of its own, held until it returned."""
+    if prep is not None:
+        return _SYNC[prep](*args)  # type: ignore[misc]
+    export = NULL if pinned is None else ffi.from_buffer(_CHARS, pinned)
+    if len(args) == 6:
+        return sync_rw(args[0], args[1], export + args[2], args[3], args[4], args[5])
+    return sync_rw_sqe(args[0], args[1], export + args[2], args[3], args[4], args[5], args[6])
+
+
 # Stopping a worker's blocked call (src/binding_api.h): stop_signal_setup(sig)
 # once, begin(request) and end() around each call, stop_request(thread, sig,
-# request) from the canceller; fd_may_block(fd) -> 0 when a call cannot block.
+# request) from the canceller.
 stop_signal_setup: Callable[[int], int] = lib.aior_stop_signal_setup
 begin: Callable[[int], None] = lib.aior_begin
 end: Callable[[], None] = lib.aior_end
 stop_request: Callable[[int, int, int], int] = lib.aior_stop_request
+# What an fd is: fd_may_block(fd) -> 0 when a call on it cannot block (a
+# non-blocking pipe or socket); fs_type(fd) -> statfs's f_type, or -errno.
 fd_may_block: Callable[[int], int] = lib.aior_fd_may_block
+fs_type: Callable[[int], int] = lib.aior_fs_type
 
 # ---- calls done at once -----------------------------------------------------
 # open_now(dfd, path: bytes, flags) -> fd, or -errno (-EAGAIN: it could wait),

@@ -13,7 +13,7 @@ import pytest
 import uvloop
 
 import aioring
-from aioring import _loops, _ring
+from aioring import _binding, _loops, _ring
 
 
 async def _until(condition, iterations: int = 1000) -> None:
@@ -445,17 +445,15 @@ async def test_a_closed_ring_refuses_new_operations():
     _loops.close_ring()
     assert ring.closed
     with pytest.raises(RuntimeError):
-        ring.start(asyncio.get_running_loop(), _ring.lib.aior_prep_rw,
-                   (_ring.lib.IORING_OP_NOP, -1, _ring.ffi.NULL, 0, 0, 0), None, None)
+        ring.start(asyncio.get_running_loop(), _binding.prep_rw,
+                   (_binding.opcodes()["NOP"], -1, _binding.NULL, 0, 0, 0), None, None)
     assert await aioring.read(os.open("/dev/zero", os.O_RDONLY | os.O_CLOEXEC), 3) == b"\0\0\0"
 
 
 @pytest.mark.backends("io_uring")
 async def test_ring_takes_the_first_setup_flags_the_kernel_accepts(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aioring._liburing import lib
-
     ring = _loops.get_ring()
-    assert ring.setup_flags & lib.IORING_SETUP_COOP_TASKRUN  # Linux 5.19+
+    assert ring.setup_flags & _binding.SETUP_COOP_TASKRUN  # Linux 5.19+
     _loops.close_ring()
     monkeypatch.setattr(_ring, "_SETUP_FLAGS", [1 << 30, 0])  # a flag no kernel has: EINVAL, then 0
     ring = _loops.get_ring()
@@ -535,7 +533,7 @@ def test_a_keyboard_interrupt_in_the_completion_loop_loses_no_completion(new_loo
 
 
 _SETUP_LINES = {
-    "Ring.__init__": ("self._init_table(loop, self.cq_entries, self._ring)",
+    "Ring.__init__": ("self._init_table(loop, self.cq_entries, mem)",
                       "add_reader(efd, self._on_wakeup)"),
     "get_ring": ("_rings[loop] = weakref.ref(ring)", "_wrap_loop_close(loop)"),
 }
