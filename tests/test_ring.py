@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import os
 import random
@@ -463,6 +464,28 @@ async def test_ring_takes_the_first_setup_flags_the_kernel_accepts(monkeypatch: 
         assert await aioring.write(fd, b"x") == 1
     finally:
         os.close(fd)
+
+
+@pytest.mark.backends("io_uring")
+def test_the_binding_unmaps_a_ring_once_and_refuses_it_afterwards():
+    """The binding's IoUring owns the ring's memory: exit() unmaps it and
+    closes its fd once; afterwards nothing reaches the unmapped queues
+    (no crash: an error, or nothing to withdraw)."""
+    fds = set(os.listdir("/proc/self/fd"))
+    mem = _binding.IoUring(4, [1 << 30, 0])  # a flag no kernel has: EINVAL, then 0
+    assert mem.setup_flags == 0 and mem.sq_entries >= 4
+    assert {_binding.OP_READ, _binding.OP_ASYNC_CANCEL} <= mem.probe()
+    assert os.readlink(f"/proc/self/fd/{mem.fd}") == "anon_inode:[io_uring]"
+    mem.exit()
+    mem.exit()
+    assert set(os.listdir("/proc/self/fd")) == fds
+    for call in (lambda: mem.fd, mem.probe, lambda: mem.wait(0), lambda: mem.register_eventfd(0)):
+        with pytest.raises(ValueError):
+            call()
+    assert not mem.withdraw(1) and mem.unsubmitted(0) == []
+    with pytest.raises(OSError) as err:
+        _binding.IoUring(0)  # io_uring_setup refuses 0 entries
+    assert err.value.errno == errno.EINVAL
 
 
 async def test_reads_waiting_for_their_writes_never_hold_the_writes_back(pipes):
