@@ -30,7 +30,6 @@ from typing import Any
 from . import __version__, _binding
 from ._loops import chosen_backend
 from ._ring import _REQUIRED_OPS, Ring
-from ._workers import EMULATED
 
 # Ring features and setup flags aioring relies on or uses when present.
 _FEATURES = {"NODROP": _binding.FEAT_NODROP, "FAST_POLL": _binding.FEAT_FAST_POLL,
@@ -43,7 +42,7 @@ _TO_SILENCE = "AIORING_BACKEND=threads keeps the fallback without its warning."
 
 def _opcodes() -> dict[str, int]:
     """Name -> number of every opcode aioring submits."""
-    used = EMULATED | set(_REQUIRED_OPS.values())
+    used = _binding.SYNC_OPCODES | set(_REQUIRED_OPS.values())
     names = {name: op for name, op in _binding.opcodes().items() if op in used}
     return dict(sorted(names.items(), key=lambda kv: kv[1]))
 

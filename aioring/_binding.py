@@ -10,12 +10,20 @@ it.  Above this module nothing sees ``ffi`` or ``lib``: it gets
   -errno.  Callers hand them, with their ``args``, to ``Ring.start`` without
   calling them; they are the binding's own objects (cffi functions), so
   that the core calls them without a Python frame between;
-- a few calls whose C result needs converting (``statx_fields``).
+- the ring itself (``IoUring``): the ``struct io_uring`` and its mappings,
+  made, probed and unmapped here, lent to the core by address;
+- each prep function's system call twin (``sync``, ``SYNC_OPCODES``), which
+  worker threads make where the kernel cannot;
+- a few calls whose C result needs converting (``statx_fields``), and
+  ``os_error``, the exception of every -errno.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import errno
+import itertools
+import os
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._liburing import ffi, lib
@@ -25,6 +33,21 @@ Sync = Callable[..., int]  # sync(*args) -> what the CQE would carry
 
 # A pointer argument given no buffer (a prep function's `addr`, say).
 NULL: Any = ffi.NULL
+# release(cdata): let go of an export (ffi.from_buffer) or of memory the
+# binding made now, not when the last reference to it goes.
+release: Callable[[Any], None] = ffi.release
+
+
+def os_error(res: int, filename: Any = None, filename2: Any = None) -> OSError:
+    """The exception for a negative result (-errno of a CQE or of a call
+    here): OSError picks the PEP 3151 subclass."""
+    code = -res
+    if filename2 is not None:
+        return OSError(code, os.strerror(code), filename, None, filename2)
+    if filename is not None:
+        return OSError(code, os.strerror(code), filename)
+    return OSError(code, os.strerror(code))
+
 
 # ---- how this build linked liburing (_build_liburing.py) -------------------
 LIBURING_VERSION: tuple[int, int] | None = (
@@ -109,9 +132,114 @@ prep_symlinkat: Prep = lib.aior_prep_symlinkat
 prep_fallocate: Prep = lib.aior_prep_fallocate
 prep_splice: Prep = lib.aior_prep_splice
 
-# ---- the threads backend's system calls ---------------------------------------
+# ---- the ring ----------------------------------------------------------------
+class IoUring:
+    """One io_uring of the kernel, as liburing's ``struct io_uring``: its fd and
+    its submission and completion queues, mapped into this process.
+
+    It owns them from the setup the constructor makes until `exit()` unmaps
+    them.  The core borrows them through `handle` (the cdata every prep
+    function takes as its ring, which the core keeps alive) and `address`
+    (the struct's address, an int); whoever gave them to a core detaches it
+    before calling `exit()`.
+
+    `IoUring(entries, flag_sets)` sets up a ring of `entries` SQEs with the
+    first of `flag_sets` (IORING_SETUP_* bits) the kernel accepts: EINVAL, a
+    flag it lacks, tries the next.  Raises the OSError of io_uring_setup
+    (ENOSYS, EPERM, ENOMEM: see docs/design.md).
+    """
+
+    __slots__ = ("_tags", "address", "cq_entries", "features", "handle", "setup_flags", "sq_entries")
+
+    def __init__(self, entries: int, flag_sets: Iterable[int] = (0,)) -> None:
+        handle = ffi.new("struct io_uring *")
+        out = ffi.new("unsigned[3]")
+        ret = -errno.EINVAL
+        for flags in flag_sets:
+            ret = lib.aior_setup(handle, entries, 0, flags, out, out + 1, out + 2)
+            if ret != -errno.EINVAL:
+                break  # EINVAL: a flag this kernel lacks; try the next set
+        if ret < 0:
+            raise os_error(ret)
+        self.handle: Any = handle  # None once unmapped
+        self.address = int(ffi.cast("uintptr_t", handle))
+        self.setup_flags: int = flags
+        self.features: int = out[0]  # IORING_FEAT_* bits
+        self.sq_entries: int = out[1]
+        self.cq_entries: int = out[2]
+        self._tags = ffi.new("uint64_t[]", self.sq_entries)  # (for unsubmitted)
+
+    def _mapped(self) -> Any:
+        handle = self.handle
+        if handle is None:
+            raise ValueError("this io_uring is unmapped")
+        return handle
+
+    @property
+    def fd(self) -> int:
+        """The ring's fd; ValueError once unmapped."""
+        return int(lib.aior_ring_fd(self._mapped()))
+
+    def probe(self) -> frozenset[int]:
+        """The opcodes the kernel supports (IORING_REGISTER_PROBE); OSError
+        if it cannot say."""
+        supported = ffi.new("unsigned char[256]")
+        n = lib.aior_probe(self._mapped(), supported, 256)
+        if n < 0:
+            raise os_error(n)
+        return frozenset(op for op in range(n) if supported[op])
+
+    def register_eventfd(self, efd: int) -> None:
+        """Have the kernel signal `efd` whenever it posts a CQE; OSError if it refuses."""
+        ret = lib.io_uring_register_eventfd(self._mapped(), efd)
+        if ret < 0:
+            raise os_error(ret)
+
+    def wait(self, timeout: float) -> bool:
+        """Submit what the SQ holds, then block until a CQE is ready: False when
+        none came within `timeout` seconds, or on an error (a closing ring
+        drains with it)."""
+        return lib.aior_wait(self._mapped(), int(timeout * 1000)) >= 0
+
+    def withdraw(self, user_data: int) -> bool:
+        """Turn the SQE tagged `user_data`, if the kernel has not read it yet,
+        into a NOP with the same tag (whose CQE still comes): True if so."""
+        handle = self.handle
+        return handle is not None and lib.aior_withdraw(handle, user_data) == 1
+
+    def unsubmitted(self, mask: int) -> list[int]:
+        """The tags having every bit of `mask` among the SQEs the kernel has
+        not read yet, oldest first."""
+        handle = self.handle
+        if handle is None:
+            return []
+        tags = self._tags
+        return ffi.unpack(tags, lib.aior_unsubmitted(handle, mask, tags, len(tags)))
+
+    def sq_space(self) -> int:
+        """How many more SQEs can be prepared before the next submit."""
+        return int(lib.aior_sq_space(self._mapped()))
+
+    def link_last(self) -> None:
+        """Flag the SQE prepared last IOSQE_IO_LINK: the next SQE prepared
+        starts only once this one completed in full."""
+        lib.aior_flag_last(self._mapped(), lib.IOSQE_IO_LINK)
+
+    def exit(self) -> None:
+        """Unmap the queues and close the ring's fd (io_uring_queue_exit), once.
+
+        In a forked child this drops the child's copies only: the kernel's
+        ring lives on while the parent's fd holds it."""
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            lib.io_uring_queue_exit(handle)
+
+
+# ---- the system call twins ------------------------------------------------------
 # One per prep function, with its arguments less the ring and the tag,
-# returning what the CQE would carry (a count, or -errno).
+# returning what the CQE would carry (a count, or -errno).  Worker threads
+# make them: every blocking request of the threads backend, and on io_uring
+# the requests whose opcode the kernel lacks.
 sync_rw: Sync = lib.aior_sync_rw
 sync_rw_sqe: Sync = lib.aior_sync_rw_sqe
 sync_msg: Sync = lib.aior_sync_msg
@@ -128,14 +256,90 @@ sync_accept: Sync = lib.aior_sync_accept
 sync_connect: Sync = lib.aior_sync_connect
 sync_splice: Sync = lib.aior_sync_splice
 sync_shutdown: Sync = lib.aior_sync_shutdown
+
+# Each prep function's twin, and the opcode of its requests (None: args[0],
+# whose fd is then args[1]; else the fd, if any, is args[0]).  The key None
+# is a read or write the core prepares itself (see sync).
+_TWINS: dict[Prep | None, tuple[Sync | None, int | None]] = {
+    None: (None, None),
+    prep_rw: (sync_rw, None),
+    prep_rw_sqe: (sync_rw_sqe, None),
+    prep_msg: (sync_msg, None),
+    prep_openat: (sync_openat, OP_OPENAT),
+    prep_close: (sync_close, OP_CLOSE),
+    prep_statx: (sync_statx, OP_STATX),
+    prep_unlinkat: (sync_unlinkat, OP_UNLINKAT),
+    prep_renameat: (sync_renameat, OP_RENAMEAT),
+    prep_mkdirat: (sync_mkdirat, OP_MKDIRAT),
+    prep_linkat: (sync_linkat, OP_LINKAT),
+    prep_symlinkat: (sync_symlinkat, OP_SYMLINKAT),
+    prep_fallocate: (sync_fallocate, OP_FALLOCATE),
+    prep_accept: (sync_accept, OP_ACCEPT),
+    prep_connect: (sync_connect, OP_CONNECT),
+    prep_splice: (sync_splice, OP_SPLICE),
+    prep_shutdown: (sync_shutdown, OP_SHUTDOWN),
+}
+PREP_OPCODE: dict[Prep | None, int | None] = {prep: opcode for prep, (_, opcode) in _TWINS.items()}
+_SYNC: dict[Prep | None, Sync | None] = {prep: twin for prep, (twin, _) in _TWINS.items()}
+# The opcodes whose requests sync() makes (those of sync_rw, sync_msg and
+# the twins above).
+SYNC_OPCODES: frozenset[int] = frozenset({
+    OP_READ, OP_WRITE, OP_READV, OP_WRITEV, OP_RECV, OP_SEND, OP_SENDMSG, OP_RECVMSG, OP_FSYNC, OP_FTRUNCATE,
+    *(opcode for opcode in PREP_OPCODE.values() if opcode is not None),
+})
+
+
+def opcode_of(prep: Prep | None, args: tuple[Any, ...]) -> int:
+    """The opcode of the request prep(ring, *args, tag) prepares (prep None:
+    a read or write the core prepares, whose opcode is args[0])."""
+    if prep is prep_poll:
+        return OP_POLL_ADD
+    opcode = PREP_OPCODE[prep]
+    return args[0] if opcode is None else opcode
+
+
+_CHARS = ffi.typeof("char[]")
+
+
+def sync(prep: Prep | None, args: tuple[Any, ...], pinned: Any) -> int:
+    """Make the request prep(ring, *args, tag) would prepare as its system
+    call, now, in this thread (cffi releases the GIL during the call):
+    what its CQE would carry, a count or -errno (-ECANCELED when
+    stop_request stopped it).  KeyError for a prep function without a twin
+    (prep_poll: a poll is the caller's to make).
+
+    prep None is a read or write the core prepares itself (src/core.h):
+    args are (opcode, fd, start, length, offset, rw_flags[, sqe_flags]),
+    start and length in the buffer of `pinned` (None: no buffer), of which
+    the call takes an export of its own, held until it returned."""
+    if prep is not None:
+        return _SYNC[prep](*args)  # type: ignore[misc]
+    if pinned is None:
+        return _sync_at(NULL, args)
+    export = ffi.from_buffer(_CHARS, pinned)
+    try:
+        return _sync_at(export, args)
+    finally:
+        ffi.release(export)  # before the caller hears: its memoryview can be released at once
+
+
+def _sync_at(export: Any, args: tuple[Any, ...]) -> int:
+    if len(args) == 6:
+        return sync_rw(args[0], args[1], export + args[2], args[3], args[4], args[5])
+    return sync_rw_sqe(args[0], args[1], export + args[2], args[3], args[4], args[5], args[6])
+
+
 # Stopping a worker's blocked call (src/binding_api.h): stop_signal_setup(sig)
 # once, begin(request) and end() around each call, stop_request(thread, sig,
-# request) from the canceller; fd_may_block(fd) -> 0 when a call cannot block.
+# request) from the canceller.
 stop_signal_setup: Callable[[int], int] = lib.aior_stop_signal_setup
 begin: Callable[[int], None] = lib.aior_begin
 end: Callable[[], None] = lib.aior_end
 stop_request: Callable[[int, int, int], int] = lib.aior_stop_request
+# What an fd is: fd_may_block(fd) -> 0 when a call on it cannot block (a
+# non-blocking pipe or socket); fs_type(fd) -> statfs's f_type, or -errno.
 fd_may_block: Callable[[int], int] = lib.aior_fd_may_block
+fs_type: Callable[[int], int] = lib.aior_fs_type
 
 # ---- calls done at once -----------------------------------------------------
 # open_now(dfd, path: bytes, flags) -> fd, or -errno (-EAGAIN: it could wait),
@@ -171,7 +375,6 @@ def statx_fields(buf: Any) -> list[int]:
 # ---- what the operations of files and sockets need built in C memory --------
 # (L2's _ops, _net and _file: reads and writes of one buffer go to the core,
 # which pins the caller's buffer itself; these are the rest.)
-_CHARS = ffi.typeof("char[]")
 _UNSIGNED_2 = ffi.typeof("unsigned[2]")
 _SOCKLEN = ffi.typeof("socklen_t *")
 _IOVECS = ffi.typeof("struct iovec[]")
@@ -236,7 +439,12 @@ def read_whole_now(fd: int, out: bytes, pos: int) -> int:
 class Exports:
     """Exports of Python buffers (ffi.from_buffer) that a binding request
     names, held in its `keep` until the CQE.  release() lets them go, so that
-    a bytearray can be resized again at once."""
+    a bytearray can be resized again at once.
+
+    A request's `keep` holds the list of exports and the C memory, never the
+    request itself: a request in a reference cycle would leave its exports
+    to the garbage collector, which may clear an exported memoryview before
+    the export that must release it."""
 
     __slots__ = ("_exports",)
 
@@ -249,9 +457,10 @@ class Exports:
         return c
 
     def release(self) -> None:
-        exports, self._exports = self._exports, []
+        exports = self._exports
         for c in exports:
             ffi.release(c)
+        exports.clear()
 
 
 class MsgRequest(Exports):
@@ -278,7 +487,7 @@ class MsgRequest(Exports):
             cname, size = self.export(name, False), len(name)
         self._name = cname
         self.args = (opcode, fd, ffi.cast(_MSGHDR, self._msg), iov, 1, cname, size, flags)
-        self.keep = (self, iov)
+        self.keep = (self._exports, self._msg, cname, iov)
 
     def address(self) -> bytes:
         """The sockaddr a RECVMSG's CQE left (as the kernel wrote it)."""
@@ -297,6 +506,10 @@ class AcceptRequest:
         self.args = (fd, ffi.cast(_SOCKADDR, self._name), self._namelen, SOCK_CLOEXEC)
         self.keep = (self._name, self._namelen)
 
+    def reset(self) -> None:
+        """Room for a whole address again, before the next accept."""
+        self._namelen[0] = SOCKADDR_SIZE
+
     def address(self) -> bytes:
         """The peer's sockaddr, once the CQE came."""
         return ffi.buffer(self._name, self._namelen[0])[:]
@@ -312,7 +525,7 @@ class ConnectRequest(Exports):
         super().__init__()
         cname = self.export(name, False)
         self.args = (fd, ffi.cast(_SOCKADDR, cname), len(name))
-        self.keep = (self,)
+        self.keep = (self._exports,)
 
 
 class VectorRead(Exports):
@@ -329,4 +542,39 @@ class VectorRead(Exports):
             iov[i].iov_base = self.export(buffer, False)
             iov[i].iov_len = len(buffer)
         self.args = (OP_READV, fd, iov, len(buffers), offset, 0)
-        self.keep = (self, iov)
+        self.keep = (self._exports, iov)
+
+
+class VectorSend(Exports):
+    """A send of several buffers in turn, at the fd's own position: a
+    SENDMSG (prep_msg) with `flags` on a socket, else a WRITEV (prep_rw).
+    `prep`, `args` and `keep` go to Ring.start; the exports go with `keep`
+    once the CQE came."""
+
+    __slots__ = ("args", "keep", "prep")
+
+    def __init__(self, fd: int, buffers: Iterable[Any], count: int, is_socket: bool,
+                 flags: int) -> None:
+        super().__init__()
+        self.args: tuple[Any, ...]
+        self.keep: tuple[Any, ...]
+        iov = ffi.new(_IOVECS, count)
+        for i, buffer in enumerate(itertools.islice(buffers, count)):
+            c = self.export(buffer, False)
+            iov[i].iov_base = c
+            iov[i].iov_len = len(c)
+        if is_socket:
+            msg = _alloc(_CHARS, _MSGHDR_SIZE)
+            self.prep = prep_msg
+            self.args = (OP_SENDMSG, fd, ffi.cast(_MSGHDR, msg), iov, count, NULL, 0, flags)
+            self.keep = (self._exports, msg, iov)
+        else:
+            self.prep = prep_rw
+            self.args = (OP_WRITEV, fd, iov, count, -1, 0)
+            self.keep = (self._exports, iov)
+
+
+def uninitialized(n: int) -> memoryview:
+    """A writable memoryview of n bytes of new memory, not zeroed: pages
+    nothing writes cost no memory, and a large one no page faults up front."""
+    return memoryview(ffi.buffer(_alloc(_CHARS, n)))

@@ -35,7 +35,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from ._liburing import ffi, lib
+from ._binding import (MSG_NOSIGNAL, MSG_WAITALL, OP_READ, OP_RECV, OP_SEND, OP_WRITE, VectorSend, prep_poll,
+                       prep_rw, uninitialized)
 from ._ops import MAX_RW
 from ._ringbase import _DONE as _OP_DONE
 from ._ringbase import _WAITING as _OP_WAITING
@@ -59,18 +60,13 @@ _IOV_MAX = 1024
 # _Receiver); larger ones are bulk data, which the reader receives straight
 # into its own buffer (the streams' _READ_AHEAD).
 _REARM_MAX = 16 * 1024
-_CHARS = ffi.typeof("char[]")
-_from_buffer = ffi.from_buffer
-_alloc = ffi.new_allocator(should_clear_after_alloc=False)
-_PREP_RW = lib.aior_prep_rw
-_PREP_POLL = lib.aior_prep_poll
-_RECV = lib.IORING_OP_RECV
-_READ = lib.IORING_OP_READ
-_SEND = lib.IORING_OP_SEND
-_WRITE = lib.IORING_OP_WRITE
-_WRITEV = lib.IORING_OP_WRITEV
-_SENDMSG = lib.IORING_OP_SENDMSG
-_SEND_FLAGS = lib.MSG_NOSIGNAL | lib.MSG_WAITALL
+_PREP_RW = prep_rw
+_PREP_POLL = prep_poll
+_RECV = OP_RECV
+_READ = OP_READ
+_SEND = OP_SEND
+_WRITE = OP_WRITE
+_SEND_FLAGS = MSG_NOSIGNAL | MSG_WAITALL
 _DIRECT_SEND_FLAGS = socket.MSG_NOSIGNAL | socket.MSG_DONTWAIT
 _DONTWAIT = socket.MSG_DONTWAIT
 _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 8)
@@ -78,7 +74,6 @@ _NO_DIRECT = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS})
 _POLLIN = 1
 _POLLOUT = 4
 _ECANCELED = errno.ECANCELED
-_MSGHDR_SIZE = lib.aior_msghdr_size()
 _RING_ONLY = 1 << 62  # _pull_skip of a receiver whose direct reads do not work
 
 _local = threading.local()
@@ -90,7 +85,7 @@ def _scratch() -> memoryview:
     of the thread's loop.  Not zeroed: untouched pages cost no memory."""
     view: memoryview | None = getattr(_local, "scratch", None)
     if view is None:
-        view = _local.scratch = memoryview(ffi.buffer(_alloc(_CHARS, _CHUNK)))
+        view = _local.scratch = uninitialized(_CHUNK)
     return view
 
 
@@ -708,12 +703,13 @@ class _SendQueue(_Side, _SendTarget):
         if spare is not None and len(spare) >= n:
             self._spare = None
         else:
-            spare = _alloc(_CHARS, n)
-        ffi.memmove(spare, view, n)
+            spare = bytearray(n)
+        copy = memoryview(spare)[:n]
+        copy[:] = view
         if self._pooled is None:
             self._pooled = collections.deque()
         self._pooled.append((self._sent_total + self._pending_size + n, spare))
-        return ffi.buffer(spare, n)
+        return copy
 
     def _recycle(self) -> None:
         """Take back the copies whose bytes all went out."""
@@ -791,24 +787,9 @@ class _SendQueue(_Side, _SendTarget):
             else:
                 op.args = (_WRITE, self._fd, 0, n, -1, 0)
             return
-        count = min(len(pending), _IOV_MAX)
-        iov = ffi.new("struct iovec[]", count)
-        exports = []
-        for i in range(count):
-            c = _from_buffer(_CHARS, pending[i], False)
-            exports.append(c)
-            iov[i].iov_base = c
-            iov[i].iov_len = len(c)
-        if self._is_socket:
-            msg = ffi.new("char[]", _MSGHDR_SIZE)
-            op.prep = lib.aior_prep_msg
-            op.args = (_SENDMSG, self._fd, ffi.cast("struct msghdr *", msg), iov, count,
-                       ffi.NULL, 0, _SEND_FLAGS)
-            self._keep = (msg, iov, exports)
-        else:
-            op.prep = _PREP_RW
-            op.args = (_WRITEV, self._fd, iov, count, -1, 0)
-            self._keep = (iov, exports)
+        request = VectorSend(self._fd, pending, min(len(pending), _IOV_MAX), self._is_socket, _SEND_FLAGS)
+        op.prep, op.args = request.prep, request.args
+        self._keep = request.keep
 
     def _send_directly(self) -> int | None:
         """One send without waiting: the bytes the kernel took, -errno, or

@@ -28,7 +28,7 @@ import os
 import warnings
 from typing import Any
 
-from ._liburing import lib
+from ._binding import fs_type
 
 __all__ = ["CLOSE", "SYNC_READS", "TRUNCATE", "WRITE", "RawFile", "find_line_end"]
 
@@ -60,7 +60,7 @@ _FS_CLOSES_AT_ONCE: dict[int, bool] = {}  # per st_dev
 def _closes_at_once(fd: int, dev: int) -> bool:
     known = _FS_CLOSES_AT_ONCE.get(dev)
     if known is None:
-        known = _FS_CLOSES_AT_ONCE[dev] = lib.aior_fs_type(fd) in _NO_FLUSH_FS
+        known = _FS_CLOSES_AT_ONCE[dev] = fs_type(fd) in _NO_FLUSH_FS
     return known
 
 

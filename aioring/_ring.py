@@ -25,7 +25,7 @@ the invariants and the kernel behaviour they rely on):
 * **What the kernel has not seen is taken back.**  A cancelled op still
   waiting (backpressure, a full SQ, a retry after a poll), or whose SQE is
   still unsubmitted in the SQ, is withdrawn: its SQE becomes a NOP with the
-  same tag (aior_withdraw) and its caller sees CancelledError at once.  The
+  same tag (IoUring.withdraw) and its caller sees CancelledError at once.  The
   flush withdraws, before it submits, every op whose caller was cancelled
   since its SQE was prepared.  Once a task's cancel() was called, its op
   starts only if the kernel had it already.
@@ -51,11 +51,13 @@ import errno
 import os
 import sys
 
+from ._binding import (FEAT_NODROP, OP_ASYNC_CANCEL, OP_FSYNC, OP_POLL_ADD, OP_READ, OP_WRITE,
+                       SETUP_COOP_TASKRUN, SETUP_SUBMIT_ALL, SETUP_TASKRUN_FLAG, SYNC_OPCODES, IoUring,
+                       opcode_of)
 from ._core import Op
-from ._liburing import ffi, lib
 from ._ringbase import (_CANCEL, _DONE, _SUBMITTED, _WAITING, DEFAULT_ENTRIES, RingBase, _kept_forever,
                         os_error)
-from ._workers import EMULATED, opcode_of, run_in_worker, stop_in_worker, workers
+from ._workers import run_in_worker, stop_in_worker, workers
 
 __all__ = ["Ring", "setup_error"]
 
@@ -74,8 +76,7 @@ else:  # asyncio.current_task is Python here, and asks for the running loop agai
 # TASKRUN_FLAG the ring says when they wait to be run (the core's needs_enter).
 # Measured: no change on page-cache reads, +30% on 32 concurrent STATX.
 # SINGLE_ISSUER and DEFER_TASKRUN showed nothing more.
-_SETUP_FLAGS = [lib.IORING_SETUP_SUBMIT_ALL | lib.IORING_SETUP_COOP_TASKRUN | lib.IORING_SETUP_TASKRUN_FLAG,
-                lib.IORING_SETUP_SUBMIT_ALL, 0]
+_SETUP_FLAGS = [SETUP_SUBMIT_ALL | SETUP_COOP_TASKRUN | SETUP_TASKRUN_FLAG, SETUP_SUBMIT_ALL, 0]
 
 # The tag (user_data) of an op whose caller awaits its future has this bit
 # set, so that the flush finds such ops among the unsubmitted SQEs in C
@@ -88,13 +89,26 @@ _EBUSY = -errno.EBUSY
 _RETRY_SUBMIT = frozenset((-errno.EAGAIN, -errno.EBUSY, -errno.EINTR))
 
 # Opcodes every ring needs; the probe must find them.
-_REQUIRED_OPS = {
-    "READ": lib.IORING_OP_READ,
-    "WRITE": lib.IORING_OP_WRITE,
-    "FSYNC": lib.IORING_OP_FSYNC,
-    "POLL_ADD": lib.IORING_OP_POLL_ADD,
-    "ASYNC_CANCEL": lib.IORING_OP_ASYNC_CANCEL,
-}
+_REQUIRED_OPS = {"READ": OP_READ, "WRITE": OP_WRITE, "FSYNC": OP_FSYNC, "POLL_ADD": OP_POLL_ADD,
+                 "ASYNC_CANCEL": OP_ASYNC_CANCEL}
+
+
+def _set_up(entries: int, flag_sets: list[int]) -> tuple[IoUring, frozenset[int]]:
+    """An io_uring as a Ring needs it, and the opcodes its probe lists;
+    OSError when the kernel refuses it or it lacks what a Ring needs."""
+    mem = IoUring(entries, flag_sets)
+    try:
+        if not mem.features & FEAT_NODROP:
+            # Cancellations may briefly exceed the CQ; only NODROP (5.5) keeps them.
+            raise OSError(errno.ENOSYS, "io_uring without IORING_FEAT_NODROP (kernel before 5.5)")
+        supported = mem.probe()
+        missing = [name for name, op in _REQUIRED_OPS.items() if op not in supported]
+        if missing:
+            raise OSError(errno.ENOSYS, "io_uring lacks required opcodes: " + ", ".join(missing))
+    except BaseException:
+        mem.exit()
+        raise
+    return mem, supported
 
 
 class Ring(RingBase):
@@ -104,48 +118,27 @@ class Ring(RingBase):
         if entries < 1:
             raise ValueError("entries must be at least 1")
         self._closed = True
-        self._ring = ffi.new("struct io_uring *")
-        out = ffi.new("unsigned[3]")
-        for flags in _SETUP_FLAGS:
-            ret = lib.aior_setup(self._ring, entries, 0, flags, out, out + 1, out + 2)
-            if ret != -errno.EINVAL:
-                break  # EINVAL: a flag this kernel lacks; try the next set
-        if ret < 0:
-            raise os_error(ret)
-        self.setup_flags = flags
-        if not out[0] & lib.IORING_FEAT_NODROP:
-            lib.io_uring_queue_exit(self._ring)
-            # Cancellations may briefly exceed the CQ; only NODROP (5.5) keeps them.
-            raise OSError(errno.ENOSYS, "io_uring without IORING_FEAT_NODROP (kernel before 5.5)")
-        self.features = out[0]
-        self.sq_entries = out[1]
-        self.cq_entries = out[2]
+        mem, self._supported = _set_up(entries, _SETUP_FLAGS)
         efd = -1
         try:  # (anything, a KeyboardInterrupt too, leaves no fd behind)
+            self._mem = mem
+            self.setup_flags = mem.setup_flags
+            self.features = mem.features
+            self.sq_entries = mem.sq_entries
+            self.cq_entries = mem.cq_entries
             efd = self._efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-            ret = lib.io_uring_register_eventfd(self._ring, self._efd)
-            if ret < 0:
-                raise os_error(ret)
-            supported = ffi.new("unsigned char[256]")
-            ret = lib.aior_probe(self._ring, supported, 256)
-            if ret < 0:
-                raise os_error(ret)
-            self._supported = frozenset(i for i in range(ret) if supported[i])
-            missing = [name for name, op in _REQUIRED_OPS.items() if op not in self._supported]
-            if missing:
-                raise OSError(errno.ENOSYS, "io_uring lacks required opcodes: " + ", ".join(missing))
+            mem.register_eventfd(efd)
             # Opcodes this kernel lacks are made as plain system calls instead,
             # one request at a time (see _emulate); the rest of the ring is used.
-            self._lacking = EMULATED - self._supported
-            self._init_table(loop, self.cq_entries, self._ring)
-            self._tags = ffi.new("uint64_t[]", self.cq_entries)  # (see _withdraw_cancelled)
+            self._lacking = SYNC_OPCODES - self._supported
+            self._init_table(loop, self.cq_entries, mem)
             self._emulated: dict[int, int] = {}  # key -> worker request, of requests made by _emulate
             loop.add_reader(efd, self._on_wakeup)
         except BaseException:
             self._closed = True
             if "_core" in self.__dict__:
                 self._core.detach()
-            lib.io_uring_queue_exit(self._ring)
+            mem.exit()
             if efd >= 0:
                 with contextlib.suppress(Exception):
                     loop.remove_reader(efd)
@@ -154,7 +147,7 @@ class Ring(RingBase):
 
     @property
     def fd(self) -> int:
-        return lib.aior_ring_fd(self._ring)
+        return self._mem.fd
 
     # ------------------------------------------------------------ submitting
     def restart(self, loop: asyncio.AbstractEventLoop, op: Op) -> None:
@@ -230,9 +223,9 @@ class Ring(RingBase):
         n = len(ops)
         if self._waiting or len(self._ops) - core.unbounded + n > self._limit:
             return False
-        if self._lacking and any(opcode_of(op) in self._lacking for op in ops):
+        if self._lacking and any(opcode_of(op.prep, op.args) in self._lacking for op in ops):
             return False  # (an emulated step would not wait for the one before)
-        if lib.aior_sq_space(self._ring) < n:
+        if self._mem.sq_space() < n:
             return False
         for op in ops:
             op.future = loop.create_future()
@@ -244,7 +237,7 @@ class Ring(RingBase):
             if not core.start(op, _AWAITED):
                 raise AssertionError("the SQ had room for the chain")
             if op is not last:
-                lib.aior_flag_last(self._ring, lib.IOSQE_IO_LINK)
+                self._mem.link_last()
         self._schedule_flush(loop)
         return True
 
@@ -273,7 +266,7 @@ class Ring(RingBase):
         """Make `op` as a plain system call in a worker thread if the kernel
         lacks its opcode; False if it has it.  The result comes back through
         the in-flight table like a CQE (so cancelling waits for it)."""
-        if opcode_of(op) not in self._lacking:
+        if opcode_of(op.prep, op.args) not in self._lacking:
             return False
 
         def done(res: int) -> None:  # in the worker
@@ -304,7 +297,7 @@ class Ring(RingBase):
         self._solo = pending <= 1
         if pending:
             if self._core.sq_tagged:  # (awaited ops among the unsubmitted SQEs)
-                self._withdraw_cancelled(pending)
+                self._withdraw_cancelled()
             self._submit()
             if self._core.sq_pending:
                 self._schedule_flush()  # the kernel stopped short of the batch
@@ -314,13 +307,11 @@ class Ring(RingBase):
             # the eventfd on again and harvests them, without a wakeup.
             self._submit()
 
-    def _withdraw_cancelled(self, pending: int) -> None:
+    def _withdraw_cancelled(self) -> None:
         """Before the flush submits: an op whose caller was cancelled since its
         SQE was prepared (the task has not run yet to say so) never starts."""
         ops = self._ops
-        tags = self._tags
-        n = lib.aior_unsubmitted(self._ring, _AWAITED, tags, min(pending, len(tags)))
-        for key in ffi.unpack(tags, n):
+        for key in self._mem.unsubmitted(_AWAITED):
             op = ops.get(key)
             if op is not None:
                 fut = op.future
@@ -350,7 +341,7 @@ class Ring(RingBase):
     # ----------------------------------------------------------- cancelling
     def _unsubmit(self, key: int) -> bool:
         """Turn the unsubmitted SQE of `key`, if it is still in the SQ, into a NOP."""
-        return not self._closed and key not in self._emulated and lib.aior_withdraw(self._ring, key) == 1
+        return not self._closed and key not in self._emulated and self._mem.withdraw(key)
 
     def _cancel(self, target: int) -> None:
         if self._closed:
@@ -402,15 +393,14 @@ class Ring(RingBase):
             # The kernel would not say it let go: never free what it may still write.
             _kept_forever.extend(self._ops.values())
         self._core.detach()
-        lib.io_uring_queue_exit(self._ring)
+        self._mem.exit()
         os.close(self._efd)
 
     def _drain_once(self) -> bool:
         """Block for at least one completion and drop what arrived; False on
         error, or when none came for CLOSE_WAIT seconds (a CQE that will
         never come: the close then keeps what is left, see close)."""
-        ret = lib.aior_wait(self._ring, int(CLOSE_WAIT * 1000))
-        if ret < 0:
+        if not self._mem.wait(CLOSE_WAIT):
             return False
         for key, res in self._core.harvest():
             entry = self._ops.pop(key, None)
@@ -422,28 +412,16 @@ class Ring(RingBase):
         # The kernel ring is shared with the parent: unmapping our copies
         # leaves the parent's ring intact.
         self._core.detach()
-        lib.io_uring_queue_exit(self._ring)
+        self._mem.exit()
 
 
 def setup_error() -> OSError | None:
     """Set up and tear down a tiny ring: None when io_uring works here as a
     Ring needs it, else why not (what the registry asks when it picks
     the backend)."""
-    ring = ffi.new("struct io_uring *")
-    out = ffi.new("unsigned[3]")
-    ret = lib.aior_setup(ring, 2, 0, 0, out, out + 1, out + 2)
-    if ret < 0:
-        return os_error(ret)
     try:
-        if not out[0] & lib.IORING_FEAT_NODROP:
-            return OSError(errno.ENOSYS, "io_uring without IORING_FEAT_NODROP (kernel before 5.5)")
-        supported = ffi.new("unsigned char[256]")
-        n = lib.aior_probe(ring, supported, 256)
-        if n < 0:
-            return os_error(n)
-        missing = [name for name, op in _REQUIRED_OPS.items() if op >= n or not supported[op]]
-        if missing:
-            return OSError(errno.ENOSYS, "io_uring lacks required opcodes: " + ", ".join(missing))
-        return None
-    finally:
-        lib.io_uring_queue_exit(ring)
+        mem, _ = _set_up(2, [0])
+    except OSError as exc:
+        return exc
+    mem.exit()
+    return None

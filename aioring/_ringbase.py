@@ -25,8 +25,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ._binding import IoUring, os_error, release
 from ._core import Core, Op
-from ._liburing import ffi
 from ._redelivery import deliver_owed, owed, redeliver_later
 
 __all__ = ["DEFAULT_ENTRIES", "Op", "RingBase", "os_error", "ready"]
@@ -40,16 +40,6 @@ _DONE = 2  # its CQE arrived (or it was dropped before ever being submitted)
 
 _EAGAIN = -errno.EAGAIN
 _ECANCELED = -errno.ECANCELED
-
-
-def os_error(res: int, filename: Any = None, filename2: Any = None) -> OSError:
-    """The exception for a negative CQE result: OSError picks the PEP 3151 subclass."""
-    code = -res
-    if filename2 is not None:
-        return OSError(code, os.strerror(code), filename, None, filename2)
-    if filename is not None:
-        return OSError(code, os.strerror(code), filename)
-    return OSError(code, os.strerror(code))
 
 
 def ready(op: Op) -> Any:
@@ -74,7 +64,7 @@ def _release(op: Op) -> None:
         op.keep = None
         op.args = ()
         if type(keep) is not tuple:
-            ffi.release(keep)  # a tuple (several objects) is let go by dropping it
+            release(keep)  # a tuple (several objects) is let go by dropping it
 
 
 def _abort_waiters(op: Op) -> None:
@@ -140,9 +130,9 @@ class RingBase(abc.ABC):
     sq_entries: int
     cq_entries: int
 
-    def _init_table(self, loop: asyncio.AbstractEventLoop, cap: int, ring: Any = None) -> None:
+    def _init_table(self, loop: asyncio.AbstractEventLoop, cap: int, ring: IoUring | None = None) -> None:
         """The in-flight table and the core that owns it, and the queues.
-        `ring`: the binding's struct io_uring (None: no ring)."""
+        `ring`: the binding's io_uring, which the core borrows (None: no ring)."""
         self._closed = False
         # (process, thread) that made it.  (A ring keeps at most 29 attributes:
         # more and CPython 3.11+ stops sharing instance dict keys, which slows
@@ -150,8 +140,8 @@ class RingBase(abc.ABC):
         self._owner = (os.getpid(), threading.get_ident())
         self._loop_ref = weakref.ref(loop)
         self._ops: dict[int, Op] = {}
-        address = 0 if ring is None else int(ffi.cast("uintptr_t", ring))
-        self._core = Core(ring, address, self._ops, _CANCEL, ffi.release, os_error,
+        handle, address = (None, 0) if ring is None else (ring.handle, ring.address)
+        self._core = Core(handle, address, self._ops, _CANCEL, release, os_error,
                           self._on_retry, self._on_strand, asyncio.InvalidStateError)
         self._waiting: deque[Op] = deque()
         self._limit = cap
@@ -222,7 +212,7 @@ class RingBase(abc.ABC):
                 deliver_owed()
             except BaseException:
                 if keep is not None and prep is not None and type(keep) is not tuple:
-                    ffi.release(keep)
+                    release(keep)
                 raise
         if prep is None:
             op = Op(None, None, args, None, finish, poll_mask)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._channel import _ECANCELED, _Receiver
 from ._channel import _Channel as _Channel  # noqa: PLC0414  (re-exported: the TLS layer names it from here)
-from ._liburing import ffi, lib
+from ._binding import MSG_WAITALL, AcceptRequest, prep_accept, prep_poll
 from ._net import check_socket, sock_connect
 from ._ops import check_fd, pace
 from ._ringbase import _DONE as _OP_DONE
@@ -59,9 +59,7 @@ _DEFAULT_LIMIT = 2**16  # asyncio's
 # buffer (which may bring the next frame's bytes along, in one receive) and
 # copy from there; larger ones go straight into the caller's buffer.
 _READ_AHEAD = 16 * 1024
-_CHARS = ffi.typeof("char[]")
-_alloc = ffi.new_allocator(should_clear_after_alloc=False)
-_WAITALL = lib.MSG_WAITALL
+_WAITALL = MSG_WAITALL
 _POLLIN = 1
 # Errors of a peer that went away: they end the stream quietly.
 _PEER_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
@@ -752,12 +750,10 @@ class _Acceptor:
         self._listener = listener
         self._loop = server._loop
         self._ring = get_ring(self._loop)
-        self._name = _alloc(_CHARS, lib.aior_sockaddr_storage_size())
-        self._namelen = ffi.new("socklen_t *")
         fd = listener.fileno()
-        self._accept_args = (fd, ffi.cast("struct sockaddr *", self._name), self._namelen, lib.SOCK_CLOEXEC)
+        self._request = AcceptRequest(fd)  # (the op's memory: held as long as the acceptor)
         self._poll_args = (fd, _POLLIN)
-        op = self._op = Op(None, lib.aior_prep_accept, self._accept_args, None, None, 0)
+        op = self._op = Op(None, prep_accept, self._request.args, None, None, 0)
         op.unbounded = True
         op.sink = self._accepted
         # A kernel that hands a non-blocking listener's EAGAIN back: the op
@@ -773,10 +769,10 @@ class _Acceptor:
             return
         op = self._op
         if self._polling:
-            op.prep, op.args = lib.aior_prep_poll, self._poll_args
+            op.prep, op.args = prep_poll, self._poll_args
         else:
-            self._namelen[0] = len(self._name)
-            op.prep, op.args = lib.aior_prep_accept, self._accept_args
+            self._request.reset()
+            op.prep, op.args = prep_accept, self._request.args
         try:
             self._ring.restart(self._loop, op)
         except RuntimeError:  # the loop's ring is closed: the loop is ending

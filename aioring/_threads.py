@@ -32,19 +32,19 @@ import os
 import threading
 from collections import deque
 
+from ._binding import (OP_ASYNC_CANCEL, OP_POLL_ADD, OP_READ, OP_READV, OP_RECV, OP_RECVMSG, OP_SEND,
+                       OP_SENDMSG, OP_WRITE, OP_WRITEV, PREP_OPCODE, SYNC_OPCODES, fd_may_block, prep_accept,
+                       prep_connect, prep_poll, prep_shutdown, sync)
 from ._core import Op
-from ._liburing import lib
 from ._ringbase import _DONE, _SUBMITTED, DEFAULT_ENTRIES, RingBase, _kept_forever
-from ._workers import EMULATED, TWINS, run_in_worker, stop_in_worker, twin_call, workers
+from ._workers import run_in_worker, stop_in_worker, workers
 
 __all__ = ["ThreadRing"]
 
-_PREP_POLL = lib.aior_prep_poll
 # Requests that complete at once on a non-blocking socket or pipe: made in
 # the loop's thread there.  (fd position in args by prep function.)
-_MAY_INLINE = {lib.IORING_OP_READ, lib.IORING_OP_WRITE, lib.IORING_OP_READV, lib.IORING_OP_WRITEV,
-               lib.IORING_OP_RECV, lib.IORING_OP_SEND, lib.IORING_OP_SENDMSG, lib.IORING_OP_RECVMSG}
-_FD_AT = {lib.aior_prep_accept: 0, lib.aior_prep_connect: 0, lib.aior_prep_shutdown: 0}
+_MAY_INLINE = {OP_READ, OP_WRITE, OP_READV, OP_WRITEV, OP_RECV, OP_SEND, OP_SENDMSG, OP_RECVMSG}
+_FD_AT = {prep_accept: 0, prep_connect: 0, prep_shutdown: 0}
 _POLLIN = 1
 _POLLOUT = 4
 _ECANCELED = -errno.ECANCELED
@@ -72,7 +72,7 @@ class ThreadRing(RingBase):
         self.features = 0
         self.sq_entries = entries
         self.cq_entries = 2 * entries
-        self._supported = EMULATED | {lib.IORING_OP_POLL_ADD, lib.IORING_OP_ASYNC_CANCEL}
+        self._supported = SYNC_OPCODES | {OP_POLL_ADD, OP_ASYNC_CANCEL}
         self._efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self._init_table(loop, self.cq_entries)
         self._wake_lock = threading.Lock()  # a worker never writes to a closed eventfd
@@ -119,19 +119,17 @@ class ThreadRing(RingBase):
         args = op.args
         if op.polling:
             self._watch(key, args[_FD_AT.get(prep, 1)], op.poll_mask)
-        elif prep is _PREP_POLL:
+        elif prep is prep_poll:
             self._watch(key, args[0], args[1])
         else:
-            twin, opcode = TWINS[prep]
-            if opcode is None:
+            if PREP_OPCODE[prep] is None:  # (the opcode in args[0], the fd in args[1])
                 inline = args[0] in _MAY_INLINE
                 fd = args[1]
             else:
                 inline = prep in _FD_AT
                 fd = args[0]
-            if inline and not lib.aior_fd_may_block(fd):
-                twin, args, _ = twin_call(op)
-                self._finish(key, twin(*args))
+            if inline and not fd_may_block(fd):
+                self._finish(key, sync(prep, args, op.pinned))
             elif inline and op.unbounded and op.poll_mask and not _open_for(fd, op.poll_mask):
                 self._finish(key, -errno.EBADF)  # a read of a write-only fd would never be ready
             elif inline and op.unbounded and op.poll_mask and not op.readied:

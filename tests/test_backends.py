@@ -18,9 +18,7 @@ import pytest
 
 import aioring
 import aioring.os
-from aioring import _loops
-from aioring._liburing import lib
-from aioring._workers import EMULATED
+from aioring import _binding, _loops
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -143,10 +141,9 @@ async def test_opcodes_the_kernel_lacks_fall_back_one_by_one(disk_dir, socks):
     """A ring whose kernel lacks opcodes makes just those requests as system
     calls (in workers); the rest still go through the kernel."""
     ring = _loops.get_ring()
-    lacking = {lib.IORING_OP_OPENAT, lib.IORING_OP_STATX, lib.IORING_OP_RECV, lib.IORING_OP_SEND,
-               lib.IORING_OP_WRITE}
+    lacking = {_binding.OP_OPENAT, _binding.OP_STATX, _binding.OP_RECV, _binding.OP_SEND, _binding.OP_WRITE}
     ring._lacking = frozenset(lacking)
-    assert lacking <= EMULATED
+    assert lacking <= _binding.SYNC_OPCODES
     path = os.path.join(disk_dir, "f")
     async with aioring.open(path, "wb") as f:  # OPENAT and WRITE emulated
         await f.write(b"hello world")
@@ -229,52 +226,3 @@ def test_closing_the_loop_interrupts_a_blocked_worker_call_and_waits_for_it(new_
     gc.collect()
     assert [ctx["message"] for ctx in loop_errors] == ["Task was destroyed but it is pending!"]
     loop_errors.clear()
-
-
-def _package_imports(module: str) -> set[str]:
-    """The aioring modules written in Python that `module` imports (at any
-    level of its code), and theirs, transitively: its own dependencies, so
-    the package's __init__ (which any submodule's import runs first) is
-    left out."""
-    import ast
-    from pathlib import Path
-
-    root = Path(aioring.__file__).parent
-
-    def source(name: str) -> Path | None:
-        path = root.joinpath(*name.split(".")[1:])
-        for candidate in (path / "__init__.py", path.with_suffix(".py")):
-            if candidate.is_file():
-                return candidate
-        return None
-
-    seen: set[str] = set()
-    todo = [module]
-    while todo:
-        name = todo.pop()
-        path = source(name)
-        if name in seen or name == "aioring" or path is None:
-            continue
-        seen.add(name)
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                todo.extend(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = package.rsplit(".", node.level - 1)[0] if node.level else ""
-                base = ".".join(part for part in (base, node.module) if part)
-                todo.append(base)
-                todo.extend(f"{base}.{alias.name}" for alias in node.names)
-    return seen - {module}
-
-
-def test_neither_backend_imports_the_other():
-    """The io_uring ring and the threads backend are two implementations of
-    one interface: neither module reaches the other, however indirectly (the
-    registry in _loops picks one)."""
-    ring = _package_imports("aioring._ring")
-    threads = _package_imports("aioring._threads")
-    assert "aioring._threads" not in ring, sorted(ring)
-    assert "aioring._ring" not in threads, sorted(threads)
-    assert {"aioring._ringbase", "aioring._workers"} <= ring & threads
-    assert {"aioring._ring", "aioring._threads"} <= _package_imports("aioring._loops")

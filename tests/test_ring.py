@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import os
 import random
@@ -13,7 +14,7 @@ import pytest
 import uvloop
 
 import aioring
-from aioring import _loops, _ring
+from aioring import _binding, _loops, _ring
 
 
 async def _until(condition, iterations: int = 1000) -> None:
@@ -445,17 +446,15 @@ async def test_a_closed_ring_refuses_new_operations():
     _loops.close_ring()
     assert ring.closed
     with pytest.raises(RuntimeError):
-        ring.start(asyncio.get_running_loop(), _ring.lib.aior_prep_rw,
-                   (_ring.lib.IORING_OP_NOP, -1, _ring.ffi.NULL, 0, 0, 0), None, None)
+        ring.start(asyncio.get_running_loop(), _binding.prep_rw,
+                   (_binding.opcodes()["NOP"], -1, _binding.NULL, 0, 0, 0), None, None)
     assert await aioring.read(os.open("/dev/zero", os.O_RDONLY | os.O_CLOEXEC), 3) == b"\0\0\0"
 
 
 @pytest.mark.backends("io_uring")
 async def test_ring_takes_the_first_setup_flags_the_kernel_accepts(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aioring._liburing import lib
-
     ring = _loops.get_ring()
-    assert ring.setup_flags & lib.IORING_SETUP_COOP_TASKRUN  # Linux 5.19+
+    assert ring.setup_flags & _binding.SETUP_COOP_TASKRUN  # Linux 5.19+
     _loops.close_ring()
     monkeypatch.setattr(_ring, "_SETUP_FLAGS", [1 << 30, 0])  # a flag no kernel has: EINVAL, then 0
     ring = _loops.get_ring()
@@ -465,6 +464,28 @@ async def test_ring_takes_the_first_setup_flags_the_kernel_accepts(monkeypatch: 
         assert await aioring.write(fd, b"x") == 1
     finally:
         os.close(fd)
+
+
+@pytest.mark.backends("io_uring")
+def test_the_binding_unmaps_a_ring_once_and_refuses_it_afterwards():
+    """The binding's IoUring owns the ring's memory: exit() unmaps it and
+    closes its fd once; afterwards nothing reaches the unmapped queues
+    (no crash: an error, or nothing to withdraw)."""
+    fds = set(os.listdir("/proc/self/fd"))
+    mem = _binding.IoUring(4, [1 << 30, 0])  # a flag no kernel has: EINVAL, then 0
+    assert mem.setup_flags == 0 and mem.sq_entries >= 4
+    assert {_binding.OP_READ, _binding.OP_ASYNC_CANCEL} <= mem.probe()
+    assert os.readlink(f"/proc/self/fd/{mem.fd}") == "anon_inode:[io_uring]"
+    mem.exit()
+    mem.exit()
+    assert set(os.listdir("/proc/self/fd")) == fds
+    for call in (lambda: mem.fd, mem.probe, lambda: mem.wait(0), lambda: mem.register_eventfd(0)):
+        with pytest.raises(ValueError):
+            call()
+    assert not mem.withdraw(1) and mem.unsubmitted(0) == []
+    with pytest.raises(OSError) as err:
+        _binding.IoUring(0)  # io_uring_setup refuses 0 entries
+    assert err.value.errno == errno.EINVAL
 
 
 async def test_reads_waiting_for_their_writes_never_hold_the_writes_back(pipes):
@@ -535,7 +556,7 @@ def test_a_keyboard_interrupt_in_the_completion_loop_loses_no_completion(new_loo
 
 
 _SETUP_LINES = {
-    "Ring.__init__": ("self._init_table(loop, self.cq_entries, self._ring)",
+    "Ring.__init__": ("self._init_table(loop, self.cq_entries, mem)",
                       "add_reader(efd, self._on_wakeup)"),
     "get_ring": ("_rings[loop] = weakref.ref(ring)", "_wrap_loop_close(loop)"),
 }
