@@ -88,8 +88,10 @@ ALL_CONNS = (25, 250)
 READ_SIZE = 64 * 1024
 UVLOOP_STREAMS = ("asyncio-streams", "uvloop")
 UVLOOP_PROTOCOL = ("protocol", "uvloop")
-# Targets for aioring's streams: (connections, reference, threshold).
-TARGETS = ((250, UVLOOP_STREAMS, 1.2), (25, UVLOOP_PROTOCOL, 1.0))
+# Targets for aioring's streams: (connections, reference, threshold) in requests/s, and
+# (connections, reference, ratio at most) in server CPU per request.
+TARGETS = ((250, UVLOOP_STREAMS, 1.3),)
+CPU_TARGETS = ((250, UVLOOP_PROTOCOL, 1.1),)
 DEFAULTS: dict[str, Any] = {"duration": 1.2, "warmup": 0.4, "repeat": 3}
 QUICK: dict[str, Any] = {"duration": 0.25, "warmup": 0.1, "repeat": 1}
 CLIENT_SHARE = 0.9  # load generator CPU over server CPU from which a row is marked
@@ -576,7 +578,7 @@ def report(medians: dict[Key, dict[str, Any]], configs: list[tuple[str, str]], c
 
 
 def targets(medians: dict[Key, dict[str, Any]], variants: list[str], loops: list[str]) -> str:
-    lines = ["Targets (informative), requests/s of aioring's streams:"]
+    lines = ["Targets, requests/s of aioring's streams:"]
     for c, ref, threshold in TARGETS:
         base = medians.get((*ref, c), {}).get("rps")
         for variant in variants:
@@ -588,6 +590,18 @@ def targets(medians: dict[Key, dict[str, Any]], variants: list[str], loops: list
                     continue
                 verdict = "PASS" if mine >= threshold * base else "FAIL"
                 lines.append(f"  {verdict}  {what}: {mine / base:.2f}x ({mine:,.0f} vs {base:,.0f})")
+    lines.append("Server CPU per request of aioring's streams:")
+    for c, ref, most in CPU_TARGETS:
+        base = medians.get((*ref, c), {}).get("server_cpu_us_per_req")
+        for variant in variants:
+            for loop in loops:
+                mine = medians.get((variant, loop, c), {}).get("server_cpu_us_per_req")
+                what = f"{c} connections: {variant}/{loop} <= {most}x {ref_name(ref)}'s"
+                if mine is None or base is None:
+                    lines.append(f"  n/a   {what} (not measured)")
+                    continue
+                verdict = "PASS" if mine <= most * base else "FAIL"
+                lines.append(f"  {verdict}  {what}: {mine / base:.2f}x ({mine:.1f} vs {base:.1f} us)")
     return "\n".join(lines)
 
 
