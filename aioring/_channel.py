@@ -683,7 +683,9 @@ class _SendQueue(_Side, _SendTarget):
                             f"not {type(data).__name__!r}") from None
         if not copy:
             return None
-        return self._copy(view) if view.nbytes >= _POOL_MIN else bytes(view)
+        if view.nbytes < _POOL_MIN or not view.c_contiguous:
+            return bytes(view)
+        return self._copy(view if view.format == "B" and view.ndim == 1 else view.cast("B"))
 
     def _refuse(self) -> None:
         """write() after write_eof() or a failed send raises, as asyncio's;
@@ -703,8 +705,8 @@ class _SendQueue(_Side, _SendTarget):
         if spare is not None and len(spare) >= n:
             self._spare = None
         else:
-            spare = bytearray(n)
-        copy = memoryview(spare)[:n]
+            spare = uninitialized(n)
+        copy = spare[:n]
         copy[:] = view
         if self._pooled is None:
             self._pooled = collections.deque()

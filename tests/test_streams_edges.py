@@ -3,6 +3,7 @@ files do not pin down, each stated against asyncio where asyncio has one."""
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
 import errno
@@ -733,4 +734,30 @@ async def test_writes_of_every_kind_leave_in_order_whole(impl, socks):
     writer.write_eof()
     await asyncio.wait_for(receiving, 30)
     assert got == expected
+    await _close(writer)
+
+
+async def test_large_writes_of_any_buffer_arrive_as_their_bytes(socks):
+    """Large writes (copied into memory the writer reuses) of a typed array,
+    a two-dimensional view and a non-contiguous view arrive as the bytes
+    those buffers hold (bytes(memoryview(data))), in order."""
+    a, b = _tcp_pair(socks)
+    _reader, writer = await aioring.open_connection(sock=a)
+    b.setblocking(False)
+    got = bytearray()
+
+    async def receive() -> None:
+        loop = asyncio.get_running_loop()
+        while data := await loop.sock_recv(b, 1 << 20):
+            got.extend(data)
+
+    receiving = asyncio.ensure_future(receive())
+    chunk = os.urandom(600_000)
+    buffers = [array.array("i", chunk), memoryview(chunk).cast("B", (2, 300_000)),
+               memoryview(chunk)[::2], memoryview(array.array("d", chunk[:400_000]))]
+    for data in buffers:
+        writer.write(data)
+    writer.write_eof()
+    await asyncio.wait_for(receiving, 30)
+    assert got == b"".join(bytes(memoryview(data)) for data in buffers)
     await _close(writer)
