@@ -704,6 +704,14 @@ async def test_receiving_ahead_stops_near_the_readers_limit(impl, socks):
     await _close(writer)
 
 
+async def _receive_all(sock: socket.socket, into: bytearray) -> None:
+    """Receive what the peer sends on `sock` (made non-blocking) until its EOF."""
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    while data := await loop.sock_recv(sock, 1 << 20):
+        into.extend(data)
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 async def test_writes_of_every_kind_leave_in_order_whole(impl, socks):
     """bytes, bytearrays and memoryviews written in one iteration and over
@@ -711,15 +719,8 @@ async def test_writes_of_every_kind_leave_in_order_whole(impl, socks):
     once, arrive whole and in the order written, as with asyncio's writer."""
     a, b = _tcp_pair(socks)
     _reader, writer = await _streams(impl, a)
-    b.setblocking(False)
     got = bytearray()
-
-    async def receive() -> None:
-        loop = asyncio.get_running_loop()
-        while data := await loop.sock_recv(b, 1 << 20):
-            got.extend(data)
-
-    receiving = asyncio.ensure_future(receive())
+    receiving = asyncio.ensure_future(_receive_all(b, got))
     rng = random.Random(7)
     expected = bytearray()
     for round_ in range(40):
@@ -743,15 +744,8 @@ async def test_large_writes_of_any_buffer_arrive_as_their_bytes(socks):
     those buffers hold (bytes(memoryview(data))), in order."""
     a, b = _tcp_pair(socks)
     _reader, writer = await aioring.open_connection(sock=a)
-    b.setblocking(False)
     got = bytearray()
-
-    async def receive() -> None:
-        loop = asyncio.get_running_loop()
-        while data := await loop.sock_recv(b, 1 << 20):
-            got.extend(data)
-
-    receiving = asyncio.ensure_future(receive())
+    receiving = asyncio.ensure_future(_receive_all(b, got))
     chunk = os.urandom(600_000)
     buffers = [array.array("i", chunk), memoryview(chunk).cast("B", (2, 300_000)),
                memoryview(chunk)[::2], memoryview(array.array("d", chunk[:400_000]))]
