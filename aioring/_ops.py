@@ -219,8 +219,9 @@ def _flags_looked_up(fd: int) -> list[int]:
 
 
 def cache_due(fd: int) -> bool:
-    """Whether this read at an offset of fd, which is not in _plain, is tried
-    from the page cache at once (then cache_hit or cache_missed follows)."""
+    """Whether this read at an offset of fd is tried from the page cache at
+    once (then cache_hit or cache_missed follows).  Asked again before the
+    try itself, it answers the same."""
     state = fd_state(fd)
     if state[2]:
         return False
@@ -270,6 +271,7 @@ def cache_missed(fd: int) -> None:
 # measurable; fio read at least as fast with every read handed over (--force_async).
 # COLD_HANDOFF = False issues them all inline (benchmarks/cold_reads.py measures both).
 COLD_HANDOFF = True
+DIRECT_HANDOFF = True
 _cold_reads = [0]  # reads of pages thought not cached, in flight
 
 
@@ -281,7 +283,7 @@ def read_request(fd: int, start: int, n: int, offset: int) -> tuple[tuple[int, .
     if offset >= 0:
         state = _fd_cache.get(fd)
         if state is not None and (state[1] > 1 or state[2]):
-            if _cold_reads[0] and COLD_HANDOFF:
+            if _cold_reads[0] and (DIRECT_HANDOFF if state[2] else COLD_HANDOFF):
                 return (OP_READ, fd, start, n, offset, 0, IOSQE_ASYNC), True
             return (OP_READ, fd, start, n, offset, 0), True
     return (OP_READ, fd, start, n, offset, 0), False
@@ -289,14 +291,22 @@ def read_request(fd: int, start: int, n: int, offset: int) -> tuple[tuple[int, .
 
 async def read_result(ring: RingBase, op: Op, cold: bool) -> Any:
     """result() of a read made by read_request, counting it among the cold
-    reads in flight meanwhile if it is one."""
-    if not cold:
-        return await result(ring, op)
-    _cold_reads[0] += 1
+    reads in flight meanwhile if it is one.  (Written out rather than
+    awaiting result(): one coroutine less for every read that waits.)"""
+    if op.future is None:
+        return ready(op)
+    if cold:
+        _cold_reads[0] += 1
     try:
-        return await result(ring, op)
+        return await op.future
+    except asyncio.CancelledError as exc:
+        return await ring.settle(op, exc)
+    except GeneratorExit:
+        ring.abandon(op)  # the coroutine was closed: the op keeps its pin for the kernel
+        raise
     finally:
-        _cold_reads[0] -= 1
+        if cold:
+            _cold_reads[0] -= 1
 
 
 def direct_error(fd: int, buffer: Any, offset: int) -> OSError | None:
@@ -548,7 +558,9 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
             return await _read_aligned(fd, size, offset)
         # A small result is tried into the thread's scratch buffer and copied
         # out; a large one is the bytes object the kernel fills (no copy follows).
-        if size < UNZEROED_MIN:
+        if offset >= 0 and not cache_due(fd):
+            target, got = None, 0  # (its recent tries missed: the ring's at once)
+        elif size < UNZEROED_MIN:
             target = _scratch(size)
             got = _try_read(fd, target, size, offset)
         else:
@@ -643,8 +655,11 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     loop = _get_running_loop()
     ring = ring_of(loop)
     n = writable_size(buffer)
-    if fd_state(fd)[2]:
-        got = 0  # (an O_DIRECT fd: never tried at once)
+    state = _fd_cache.get(fd)
+    if state is None:
+        state = _flags_looked_up(fd)
+    if state[2] or (offset >= 0 and not cache_due(fd)):
+        got = 0  # (an O_DIRECT fd, never tried at once; or its recent tries missed)
     else:
         got = _try_read(fd, buffer, n, offset)
     if got < 0:  # all of it, or end of file
