@@ -618,6 +618,7 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     below -1 (as os.preadv), OSError from the kernel.  At an offset, the
     page cache's bytes come at once, without a trip through the loop.
     """
+    tried = -1  # what the fast path's try read (0: none, the page cache missed), -1 if none was made
     if (type(fd) is int and type(offset) is int and 0 <= offset <= _OFF_MAX and fd in _plain
             and not _redelivery.owed):
         # The hottest path: a page-cache hit read at once, written out here
@@ -638,6 +639,7 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
             except BlockingIOError:
                 cache_missed(fd)
                 got = -1
+                tried = 0
             except OSError:
                 got = -1  # (the ring's read reports a real error as the kernel's)
             if got in (n, 0):
@@ -646,6 +648,8 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
                 elif pace():
                     await _yield_keeping()
                 return got
+            if got > 0:
+                tried = got  # (part of it was cached: the rest follows, never read twice)
     if type(fd) is not int or not _INT_MIN <= fd <= _INT_MAX:
         fd = check_fd(fd)
     if type(offset) is not int or not -1 <= offset <= _OFF_MAX:
@@ -658,7 +662,9 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     state = _fd_cache.get(fd)
     if state is None:
         state = _flags_looked_up(fd)
-    if state[2] or (offset >= 0 and not cache_due(fd)):
+    if tried >= 0:  # (the fast path's try missed, or read part of it: from there on)
+        got = _rest_now(fd, buffer, n, offset, tried) if tried else 0
+    elif state[2] or (offset >= 0 and not cache_due(fd)):
         got = 0  # (an O_DIRECT fd, never tried at once; or its recent tries missed)
     else:
         got = _try_read(fd, buffer, n, offset)

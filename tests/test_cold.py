@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import mmap
 import os
 
@@ -281,3 +282,35 @@ async def test_direct_through_open(disk_dir):
         assert await f.write(memoryview(buf)[:4096]) == 4096
     with open(path, "rb") as f:
         assert f.read() == content[:4096] + b"z" * 4096 + content[8192:]
+
+
+async def test_partly_cached_read_reads_each_byte_once(cold_file, monkeypatch):
+    """A readinto at an offset of which only the start is cached returns the
+    file's bytes, the cached start taken at once and the rest read after it:
+    no byte is read twice (a 1 MiB sequential read was copied twice)."""
+    path, content = cold_file
+    fd = os.open(path, os.O_RDONLY)
+    done = []  # (offset, count) of every try at once that read something
+    real = _ops._preadv
+
+    def preadv(fd_, buffers, offset, flags=0):
+        got = real(fd_, buffers, offset, flags)
+        if got > 0:
+            done.append((offset, got))
+        return got
+    monkeypatch.setattr(_ops, "_preadv", preadv)
+    try:
+        os.pread(fd, 4096, 0)
+        assert await aioring.readinto(fd, bytearray(4096), 0) == 4096  # (a hit: the fd's reads are tried)
+        for cached in (4096, 65536):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.pread(fd, cached, 0)
+            os.posix_fadvise(fd, cached, 0, os.POSIX_FADV_DONTNEED)  # (its read-ahead goes again)
+            done.clear()
+            buf = bytearray(512 * 1024)
+            assert await aioring.readinto(fd, buf, 0) == len(buf)
+            assert buf == content[:len(buf)]
+            spans = sorted(done)
+            assert all(a + n <= b for (a, n), (b, _) in itertools.pairwise(spans)), spans
+    finally:
+        os.close(fd)
