@@ -244,33 +244,27 @@ def cache_missed(fd: int) -> None:
     state[1] = min(state[1] * 2, CACHE_BACKOFF_MAX)
 
 
-# A ring read of pages that are not cached, issued in the submitting call,
-# starts the device read there, in the loop's thread (some 35 us a read on a
-# virtio disk); handed to the kernel's workers (IOSQE_ASYNC), that work runs
-# beside the loop.  Measured, random 4 KiB reads not cached: 16 tasks 9.9k/s
-# issued inline, 16.4k/s handed over; 64 tasks 11.9k/s and 17.4k/s.  One read
-# at a time is faster inline (the loop has nothing else to do, and the hand-over
-# adds a worker's wake-up).  So a read is handed over when its fd's last try
-# missed the page cache (its backoff is past one) and another such read is in
-# flight; any other read is issued inline, where cached pages are copied at
-# once.  An O_DIRECT read (never tried at once) is handed over the same way
-# while another is in flight: the worker only issues it, and the device
-# completes it without the worker (measured, random 4 KiB O_DIRECT reads at
-# 64 tasks, 4 interleaved runs: 11.0k/s handed over, 10.5k/s inline; the loop's
-# thread 22.8 us a read against 24.8 us, 2.5 us more in all).
+# A ring read of pages that are not cached is issued in the submitting call:
+# ext4 and xfs allocate the pages, start the device read and wait for it with
+# a callback, without a worker (how fio's buffered io_uring reads go).  Handed
+# to the kernel's workers (IOSQE_ASYNC, COLD_HANDOFF) the read costs a
+# worker's wake-up and its blocking read besides: measured, random 4 KiB reads
+# not cached, 6 interleaved runs each, process CPU per read (loop's thread):
+# 64 tasks 36.2 us (22.4) handed over against 24.4 us (24.4) inline, at the
+# same rate (23.3k/s and 23.0k/s); 16 tasks 47.5 us (27.6) against 30.3 us
+# (30.3), 20.6k/s against 27.3k/s (the wake-up is latency at lower depth).
+# The loop's thread saves 2 to 3 us a read by the hand-over, the process
+# spends 12 to 18 us more.  (On a machine loaded by other work the 64 workers'
+# share of the CPUs made the hand-over up to twice as fast in earlier runs:
+# more threads, more CPU time, not less work.)
 #
-# The kernel could also read such pages without a worker (ext4 and xfs wait
-# for the page with a callback, which is how fio's buffered io_uring reads go),
-# but here that loses: random 4 KiB reads not cached at 64 tasks, interleaved,
-# ran 14.7k/s handed over against 8.5k/s issued inline (medians of 4 runs each,
-# a shared 2-core machine; 11.8k against 7.3k and 10.3k against 9.9k in two
-# more such comparisons), the loop's thread spending 31 us a read against 38 us
-# (the inline issue allocates the pages and starts the device read there).  The
-# workers are not the limit: the kernel ran 64 of them for 64 reads, and capping
-# them at 8, 16 or 32 (IORING_REGISTER_IOWQ_MAX_WORKERS) changed nothing
-# measurable; fio read at least as fast with every read handed over (--force_async).
-# COLD_HANDOFF = False issues them all inline (benchmarks/cold_reads.py measures both).
-COLD_HANDOFF = True
+# An O_DIRECT read (never tried at once) is handed over while another is in
+# flight: the worker only issues it, and the device completes it without the
+# worker (random 4 KiB O_DIRECT reads at 64 tasks, 6 interleaved runs: the
+# loop's thread 21.0 us a read handed over against 22.2 us inline, the process
+# 25.2 us against 22.2 us; 4 earlier runs: 11.0k/s against 10.5k/s).
+# benchmarks/cold_reads.py measures both choices (DIRECT_HANDOFF, COLD_HANDOFF).
+COLD_HANDOFF = False
 DIRECT_HANDOFF = True
 _cold_reads = [0]  # reads of pages thought not cached, in flight
 

@@ -75,9 +75,9 @@ async def test_cold_reads_equal_pread(cold_file):
 
 @pytest.mark.parametrize("handoff", [True, False], ids=["handed-over", "inline"])
 async def test_concurrent_cold_reads_equal_pread(cold_file, handoff, monkeypatch):
-    """Many reads of dropped pages at once (those after the first misses are
-    handed to the kernel's workers, or, without COLD_HANDOFF, all issued in
-    the submitting call) each return what os.pread returns."""
+    """Many reads of dropped pages at once (all issued in the submitting call,
+    or, with COLD_HANDOFF, those after the first misses handed to the kernel's
+    workers) each return what os.pread returns."""
     monkeypatch.setattr(_ops, "COLD_HANDOFF", handoff)
     path, content = cold_file
     fd = os.open(path, os.O_RDONLY)
@@ -138,10 +138,13 @@ async def test_direct_round_trip(disk_dir):
         os.close(fd)
 
 
-async def test_concurrent_direct_reads_equal_pread(cold_file):
-    """Many O_DIRECT reads at once (those while another is in flight are
-    handed to the kernel's workers), and misaligned ones among them, each give
-    what a buffered read gives, or the alignment's EINVAL."""
+@pytest.mark.parametrize("handoff", [True, False], ids=["handed-over", "inline"])
+async def test_concurrent_direct_reads_equal_pread(cold_file, handoff, monkeypatch):
+    """Many O_DIRECT reads at once (those while another is in flight handed
+    to the kernel's workers, or, without DIRECT_HANDOFF, all issued in the
+    submitting call), and misaligned ones among them, each give what a
+    buffered read gives, or the alignment's EINVAL."""
+    monkeypatch.setattr(_ops, "DIRECT_HANDOFF", handoff)
     path, content = cold_file
     fd = open_direct(path)
     offsets = [(i * 7919 * 4096) % (SIZE - 8192) // 4096 * 4096 for i in range(24)]
