@@ -290,7 +290,7 @@ async def _read_into(fd: int, buf: bytes | bytearray, at: int, n: int, offset: i
         # The op pins buf until its CQE, also if this coroutine is closed.
         args, cold = _ops.read_request(fd, at + got, asked, offset + got)
         op = ring.start(loop, None, args, buf, None, 0)
-        k = int(await _ops.read_result(ring, op, cold))
+        k = int(await _ops.result(ring, op, cold))
         got += k
         if k < asked:
             break

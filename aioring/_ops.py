@@ -273,7 +273,7 @@ def read_request(fd: int, start: int, n: int, offset: int) -> tuple[tuple[int, .
     """The core's arguments (Ring.start with prep None) for a ring read of n
     bytes of fd at offset (-1: its position) into the op's pinned buffer from
     `start` on, and whether the pages are thought not cached (then await it
-    with read_result)."""
+    with result(..., cold))."""
     if offset >= 0:
         state = _fd_cache.get(fd)
         if state is not None and (state[1] > 1 or state[2]):
@@ -281,26 +281,6 @@ def read_request(fd: int, start: int, n: int, offset: int) -> tuple[tuple[int, .
                 return (OP_READ, fd, start, n, offset, 0, IOSQE_ASYNC), True
             return (OP_READ, fd, start, n, offset, 0), True
     return (OP_READ, fd, start, n, offset, 0), False
-
-
-async def read_result(ring: RingBase, op: Op, cold: bool) -> Any:
-    """result() of a read made by read_request, counting it among the cold
-    reads in flight meanwhile if it is one.  (Written out rather than
-    awaiting result(): one coroutine less for every read that waits.)"""
-    if op.future is None:
-        return ready(op)
-    if cold:
-        _cold_reads[0] += 1
-    try:
-        return await op.future
-    except asyncio.CancelledError as exc:
-        return await ring.settle(op, exc)
-    except GeneratorExit:
-        ring.abandon(op)  # the coroutine was closed: the op keeps its pin for the kernel
-        raise
-    finally:
-        if cold:
-            _cold_reads[0] -= 1
 
 
 def direct_error(fd: int, buffer: Any, offset: int) -> OSError | None:
@@ -443,10 +423,14 @@ def readable_size(data: Any) -> int:
         return view.nbytes
 
 
-async def result(ring: RingBase, op: Op) -> Any:
-    """Await `op`; if the caller is cancelled, wait for the kernel (Ring.settle)."""
+async def result(ring: RingBase, op: Op, cold: bool = False) -> Any:
+    """Await `op`; if the caller is cancelled, wait for the kernel (Ring.settle).
+    `cold`: a read made by read_request of pages thought not cached, counted
+    among the cold reads in flight meanwhile."""
     if op.future is None:
         return ready(op)
+    if cold:
+        _cold_reads[0] += 1
     try:
         return await op.future
     except asyncio.CancelledError as exc:
@@ -454,6 +438,9 @@ async def result(ring: RingBase, op: Op) -> Any:
     except GeneratorExit:
         ring.abandon(op)  # the coroutine was closed: the op keeps its pin for the kernel
         raise
+    finally:
+        if cold:
+            _cold_reads[0] -= 1
 
 
 def ring_of(loop: asyncio.AbstractEventLoop) -> RingBase:
@@ -579,7 +566,7 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
     # (The pin need not be writable: out is this call's own, which the kernel fills.)
     op = ring.start(loop, None, args, out, _finish_read, _POLLIN, offset == -1)
     try:
-        return await read_result(ring, op, cold)
+        return await result(ring, op, cold)
     except OSError as exc:
         # (An O_DIRECT fd that was not known as one: nothing was read.)
         if exc.errno != errno.EINVAL or got or not _flags_looked_up(fd)[2]:
@@ -675,7 +662,7 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
             return got + ready(op)
         if got:
             return got + await _rest(op.future)
-        return await read_result(ring, op, cold)
+        return await result(ring, op, cold)
     except OSError as exc:
         if exc.errno == errno.EINVAL and (error := direct_error(fd, buffer, offset)) is not None:
             raise error from None

@@ -201,13 +201,19 @@ async def rand_aioring_read_tryeach(path: Path, size: int, tasks: int, seconds: 
         _ops._plain.clear()
 
 
-async def rand_aioring_read_handoff(path: Path, size: int, tasks: int, seconds: float) -> float:
+async def _with_setting(name: str, value: Any, run: Awaitable[float]) -> float:
+    """Await `run` with aioring._ops.<name> set to `value` meanwhile."""
     from aioring import _ops
-    saved, _ops.COLD_HANDOFF = _ops.COLD_HANDOFF, True
+    saved = getattr(_ops, name)
+    setattr(_ops, name, value)
     try:
-        return await rand_aioring_read(path, size, tasks, seconds)
+        return await run
     finally:
-        _ops.COLD_HANDOFF = saved
+        setattr(_ops, name, saved)
+
+
+async def rand_aioring_read_handoff(path: Path, size: int, tasks: int, seconds: float) -> float:
+    return await _with_setting("COLD_HANDOFF", True, rand_aioring_read(path, size, tasks, seconds))
 
 
 async def _rand_seek_read(opener: Any, path: Path, size: int, tasks: int, seconds: float) -> float:
@@ -249,12 +255,7 @@ async def rand_aioring_direct(path: Path, size: int, tasks: int, seconds: float)
 
 
 async def rand_aioring_direct_inline(path: Path, size: int, tasks: int, seconds: float) -> float:
-    from aioring import _ops
-    saved, _ops.DIRECT_HANDOFF = _ops.DIRECT_HANDOFF, False
-    try:
-        return await rand_aioring_direct(path, size, tasks, seconds)
-    finally:
-        _ops.DIRECT_HANDOFF = saved
+    return await _with_setting("DIRECT_HANDOFF", False, rand_aioring_direct(path, size, tasks, seconds))
 
 
 async def rand_aiofile(path: Path, size: int, tasks: int, seconds: float) -> float:
