@@ -277,17 +277,20 @@ async def _read_into(fd: int, buf: bytes | bytearray, at: int, n: int, offset: i
     cache that stops there stopped at the end of the file (no second try)."""
     if pace():
         await asyncio.sleep(0)  # (a task reading from the page cache would not yield otherwise)
-    got, done = _read_now_into(fd, buf, at, n, offset, size)
-    if done:
-        return got
+    if offset >= 0 and not _ops.cache_due(fd):
+        got = 0  # (its recent tries missed the page cache, or O_DIRECT: the ring's at once)
+    else:
+        got, done = _read_now_into(fd, buf, at, n, offset, size)
+        if done:
+            return got
     loop = asyncio.get_running_loop()
-    ring = get_ring(loop)
+    ring = _ops.ring_of(loop)
     while got < n:
         asked = min(n - got, _ops.MAX_RW)
         # The op pins buf until its CQE, also if this coroutine is closed.
         args, cold = _ops.read_request(fd, at + got, asked, offset + got)
         op = ring.start(loop, None, args, buf, None, 0)
-        k = int(await _ops.read_result(ring, op, cold))
+        k = int(await _ops.result(ring, op, cold))
         got += k
         if k < asked:
             break

@@ -219,8 +219,9 @@ def _flags_looked_up(fd: int) -> list[int]:
 
 
 def cache_due(fd: int) -> bool:
-    """Whether this read at an offset of fd, which is not in _plain, is tried
-    from the page cache at once (then cache_hit or cache_missed follows)."""
+    """Whether this read at an offset of fd is tried from the page cache at
+    once (then cache_hit or cache_missed follows).  Asked again before the
+    try itself, it answers the same."""
     state = fd_state(fd)
     if state[2]:
         return False
@@ -243,33 +244,28 @@ def cache_missed(fd: int) -> None:
     state[1] = min(state[1] * 2, CACHE_BACKOFF_MAX)
 
 
-# A ring read of pages that are not cached, issued in the submitting call,
-# starts the device read there, in the loop's thread (some 35 us a read on a
-# virtio disk); handed to the kernel's workers (IOSQE_ASYNC), that work runs
-# beside the loop.  Measured, random 4 KiB reads not cached: 16 tasks 9.9k/s
-# issued inline, 16.4k/s handed over; 64 tasks 11.9k/s and 17.4k/s.  One read
-# at a time is faster inline (the loop has nothing else to do, and the hand-over
-# adds a worker's wake-up).  So a read is handed over when its fd's last try
-# missed the page cache (its backoff is past one) and another such read is in
-# flight; any other read is issued inline, where cached pages are copied at
-# once.  An O_DIRECT read (never tried at once) is handed over the same way
-# while another is in flight: the worker only issues it, and the device
-# completes it without the worker (measured, random 4 KiB O_DIRECT reads at
-# 64 tasks, 4 interleaved runs: 11.0k/s handed over, 10.5k/s inline; the loop's
-# thread 22.8 us a read against 24.8 us, 2.5 us more in all).
+# A ring read of pages that are not cached is issued in the submitting call:
+# ext4 and xfs allocate the pages, start the device read and wait for it with
+# a callback, without a worker (how fio's buffered io_uring reads go).  Handed
+# to the kernel's workers (IOSQE_ASYNC, COLD_HANDOFF) the read costs a
+# worker's wake-up and its blocking read besides: measured, random 4 KiB reads
+# not cached, 6 interleaved runs each, process CPU per read (loop's thread):
+# 64 tasks 36.2 us (22.4) handed over against 24.4 us (24.4) inline, at the
+# same rate (23.3k/s and 23.0k/s); 16 tasks 47.5 us (27.6) against 30.3 us
+# (30.3), 20.6k/s against 27.3k/s (the wake-up is latency at lower depth).
+# The loop's thread saves 2 to 3 us a read by the hand-over, the process
+# spends 12 to 18 us more.  (On a machine loaded by other work the 64 workers'
+# share of the CPUs made the hand-over up to twice as fast in earlier runs:
+# more threads, more CPU time, not less work.)
 #
-# The kernel could also read such pages without a worker (ext4 and xfs wait
-# for the page with a callback, which is how fio's buffered io_uring reads go),
-# but here that loses: random 4 KiB reads not cached at 64 tasks, interleaved,
-# ran 14.7k/s handed over against 8.5k/s issued inline (medians of 4 runs each,
-# a shared 2-core machine; 11.8k against 7.3k and 10.3k against 9.9k in two
-# more such comparisons), the loop's thread spending 31 us a read against 38 us
-# (the inline issue allocates the pages and starts the device read there).  The
-# workers are not the limit: the kernel ran 64 of them for 64 reads, and capping
-# them at 8, 16 or 32 (IORING_REGISTER_IOWQ_MAX_WORKERS) changed nothing
-# measurable; fio read at least as fast with every read handed over (--force_async).
-# COLD_HANDOFF = False issues them all inline (benchmarks/cold_reads.py measures both).
-COLD_HANDOFF = True
+# An O_DIRECT read (never tried at once) is handed over while another is in
+# flight: the worker only issues it, and the device completes it without the
+# worker (random 4 KiB O_DIRECT reads at 64 tasks, 6 interleaved runs: the
+# loop's thread 21.0 us a read handed over against 22.2 us inline, the process
+# 25.2 us against 22.2 us; 4 earlier runs: 11.0k/s against 10.5k/s).
+# benchmarks/cold_reads.py measures both choices (DIRECT_HANDOFF, COLD_HANDOFF).
+COLD_HANDOFF = False
+DIRECT_HANDOFF = True
 _cold_reads = [0]  # reads of pages thought not cached, in flight
 
 
@@ -277,26 +273,14 @@ def read_request(fd: int, start: int, n: int, offset: int) -> tuple[tuple[int, .
     """The core's arguments (Ring.start with prep None) for a ring read of n
     bytes of fd at offset (-1: its position) into the op's pinned buffer from
     `start` on, and whether the pages are thought not cached (then await it
-    with read_result)."""
+    with result(..., cold))."""
     if offset >= 0:
         state = _fd_cache.get(fd)
         if state is not None and (state[1] > 1 or state[2]):
-            if _cold_reads[0] and COLD_HANDOFF:
+            if _cold_reads[0] and (DIRECT_HANDOFF if state[2] else COLD_HANDOFF):
                 return (OP_READ, fd, start, n, offset, 0, IOSQE_ASYNC), True
             return (OP_READ, fd, start, n, offset, 0), True
     return (OP_READ, fd, start, n, offset, 0), False
-
-
-async def read_result(ring: RingBase, op: Op, cold: bool) -> Any:
-    """result() of a read made by read_request, counting it among the cold
-    reads in flight meanwhile if it is one."""
-    if not cold:
-        return await result(ring, op)
-    _cold_reads[0] += 1
-    try:
-        return await result(ring, op)
-    finally:
-        _cold_reads[0] -= 1
 
 
 def direct_error(fd: int, buffer: Any, offset: int) -> OSError | None:
@@ -439,10 +423,14 @@ def readable_size(data: Any) -> int:
         return view.nbytes
 
 
-async def result(ring: RingBase, op: Op) -> Any:
-    """Await `op`; if the caller is cancelled, wait for the kernel (Ring.settle)."""
+async def result(ring: RingBase, op: Op, cold: bool = False) -> Any:
+    """Await `op`; if the caller is cancelled, wait for the kernel (Ring.settle).
+    `cold`: a read made by read_request of pages thought not cached, counted
+    among the cold reads in flight meanwhile."""
     if op.future is None:
         return ready(op)
+    if cold:
+        _cold_reads[0] += 1
     try:
         return await op.future
     except asyncio.CancelledError as exc:
@@ -450,6 +438,9 @@ async def result(ring: RingBase, op: Op) -> Any:
     except GeneratorExit:
         ring.abandon(op)  # the coroutine was closed: the op keeps its pin for the kernel
         raise
+    finally:
+        if cold:
+            _cold_reads[0] -= 1
 
 
 def ring_of(loop: asyncio.AbstractEventLoop) -> RingBase:
@@ -548,7 +539,9 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
             return await _read_aligned(fd, size, offset)
         # A small result is tried into the thread's scratch buffer and copied
         # out; a large one is the bytes object the kernel fills (no copy follows).
-        if size < UNZEROED_MIN:
+        if offset >= 0 and not cache_due(fd):
+            target, got = None, 0  # (its recent tries missed: the ring's at once)
+        elif size < UNZEROED_MIN:
             target = _scratch(size)
             got = _try_read(fd, target, size, offset)
         else:
@@ -573,7 +566,7 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
     # (The pin need not be writable: out is this call's own, which the kernel fills.)
     op = ring.start(loop, None, args, out, _finish_read, _POLLIN, offset == -1)
     try:
-        return await read_result(ring, op, cold)
+        return await result(ring, op, cold)
     except OSError as exc:
         # (An O_DIRECT fd that was not known as one: nothing was read.)
         if exc.errno != errno.EINVAL or got or not _flags_looked_up(fd)[2]:
@@ -606,6 +599,7 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     below -1 (as os.preadv), OSError from the kernel.  At an offset, the
     page cache's bytes come at once, without a trip through the loop.
     """
+    tried = -1  # what the fast path's try read (0: none, the page cache missed), -1 if none was made
     if (type(fd) is int and type(offset) is int and 0 <= offset <= _OFF_MAX and fd in _plain
             and not _redelivery.owed):
         # The hottest path: a page-cache hit read at once, written out here
@@ -626,6 +620,7 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
             except BlockingIOError:
                 cache_missed(fd)
                 got = -1
+                tried = 0
             except OSError:
                 got = -1  # (the ring's read reports a real error as the kernel's)
             if got in (n, 0):
@@ -634,6 +629,8 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
                 elif pace():
                     await _yield_keeping()
                 return got
+            if got > 0:
+                tried = got  # (part of it was cached: the rest follows, never read twice)
     if type(fd) is not int or not _INT_MIN <= fd <= _INT_MAX:
         fd = check_fd(fd)
     if type(offset) is not int or not -1 <= offset <= _OFF_MAX:
@@ -643,8 +640,13 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     loop = _get_running_loop()
     ring = ring_of(loop)
     n = writable_size(buffer)
-    if fd_state(fd)[2]:
-        got = 0  # (an O_DIRECT fd: never tried at once)
+    state = _fd_cache.get(fd)
+    if state is None:
+        state = _flags_looked_up(fd)
+    if tried >= 0:  # (the fast path's try missed, or read part of it: from there on)
+        got = _rest_now(fd, buffer, n, offset, tried) if tried else 0
+    elif state[2] or (offset >= 0 and not cache_due(fd)):
+        got = 0  # (an O_DIRECT fd, never tried at once; or its recent tries missed)
     else:
         got = _try_read(fd, buffer, n, offset)
     if got < 0:  # all of it, or end of file
@@ -660,7 +662,7 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
             return got + ready(op)
         if got:
             return got + await _rest(op.future)
-        return await read_result(ring, op, cold)
+        return await result(ring, op, cold)
     except OSError as exc:
         if exc.errno == errno.EINVAL and (error := direct_error(fd, buffer, offset)) is not None:
             raise error from None

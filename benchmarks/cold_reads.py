@@ -15,12 +15,14 @@ device when fio is installed:
     aioring.read     ``await aioring.read(fd, 4096, off)``
     aioring.read.tryeach  the same, with the page-cache try before every read
                      (CACHE_BACKOFF_MAX = 0), as before the fd learnt to skip it
-    aioring.read.inline  the same, with no read handed to the kernel's workers
-                     (COLD_HANDOFF = False): the kernel's own asynchronous buffered read
+    aioring.read.handoff  the same, the reads of uncached pages handed to the kernel's
+                     workers while others are in flight (COLD_HANDOFF = True)
     aioring.open     ``await f.seek(off); await f.read(4096)``, one
                      ``aioring.open(path, "rb", buffering=0)`` per task (the aiofiles API)
     aioring.direct   ``await aioring.readinto(fd, buf, off)``, the fd opened with
                      O_DIRECT, ``buf = aioring.aligned_buffer(4096)`` per task
+    aioring.direct.inline  the same, no read handed to the kernel's workers
+                     (DIRECT_HANDOFF = False)
     aiofile          ``await afp.read(4096, off)`` on one ``aiofile.AIOFile``
     aiofiles         seek + read, one unbuffered file per task
     threads          ``run_in_executor(pool, os.pread, fd, 4096, off)``, T threads
@@ -38,7 +40,9 @@ device when fio is installed:
 * small files: the 24 files of small_files.py's experiment (1 KiB to 100
   KiB), their pages dropped before each round, read whole concurrently (one
   task per file: open, read, close); the blocking ``open()`` reads them one
-  after the other.  Wall time per round.
+  after the other.  Wall time per round; the rounds of an async variant run
+  on one event loop, as a program's reads do (a new loop and ring for each
+  round cost some 0.5 ms more, which blocking ``open()`` never pays).
 * an append log: 256-byte records appended, ``fdatasync`` every 16 records
   (records/s), by one writer:
     aioring          ``await f.write(rec)`` on ``aioring.open(path, "ab", buffering=0)``,
@@ -50,7 +54,8 @@ device when fio is installed:
 
 The random reads' table also gives the CPU time per read: of this process
 with all its threads (the kernel's io workers among them), or of fio, over the
-reads a run made.  On a loaded machine the rates follow it.
+reads a run made, and of the event loop's thread alone.  On a loaded machine
+the rates follow it.
 
 One untimed read of the big file comes first, so that no variant pays alone
 for what a virtual disk's host caches.  The disk here may be a noisy virtual
@@ -196,13 +201,19 @@ async def rand_aioring_read_tryeach(path: Path, size: int, tasks: int, seconds: 
         _ops._plain.clear()
 
 
-async def rand_aioring_read_inline(path: Path, size: int, tasks: int, seconds: float) -> float:
+async def _with_setting(name: str, value: Any, run: Awaitable[float]) -> float:
+    """Await `run` with aioring._ops.<name> set to `value` meanwhile."""
     from aioring import _ops
-    saved, _ops.COLD_HANDOFF = _ops.COLD_HANDOFF, False
+    saved = getattr(_ops, name)
+    setattr(_ops, name, value)
     try:
-        return await rand_aioring_read(path, size, tasks, seconds)
+        return await run
     finally:
-        _ops.COLD_HANDOFF = saved
+        setattr(_ops, name, saved)
+
+
+async def rand_aioring_read_handoff(path: Path, size: int, tasks: int, seconds: float) -> float:
+    return await _with_setting("COLD_HANDOFF", True, rand_aioring_read(path, size, tasks, seconds))
 
 
 async def _rand_seek_read(opener: Any, path: Path, size: int, tasks: int, seconds: float) -> float:
@@ -241,6 +252,10 @@ async def rand_aioring_direct(path: Path, size: int, tasks: int, seconds: float)
         return await _timed_tasks(tasks, seconds, one)
     finally:
         os.close(fd)
+
+
+async def rand_aioring_direct_inline(path: Path, size: int, tasks: int, seconds: float) -> float:
+    return await _with_setting("DIRECT_HANDOFF", False, rand_aioring_direct(path, size, tasks, seconds))
 
 
 async def rand_aiofile(path: Path, size: int, tasks: int, seconds: float) -> float:
@@ -458,9 +473,10 @@ def log_sync(path: Path, records: int) -> None:
 
 # --------------------------------------------------------------- running
 RAND = {"aioring.read": rand_aioring_read, "aioring.read.tryeach": rand_aioring_read_tryeach,
-        "aioring.read.inline": rand_aioring_read_inline,
+        "aioring.read.handoff": rand_aioring_read_handoff,
         "aioring.open": rand_aioring_open,
-        "aioring.direct": rand_aioring_direct, "aiofile": rand_aiofile, "aiofiles": rand_aiofiles,
+        "aioring.direct": rand_aioring_direct, "aioring.direct.inline": rand_aioring_direct_inline,
+        "aiofile": rand_aiofile, "aiofiles": rand_aiofiles,
         "threads": rand_threads}
 SEQ = {"aioring.read": seq_aioring_read, "aioring.open": seq_aioring_open, "aiofile": seq_aiofile,
        "aiofiles": seq_aiofiles, "threads": seq_threads}
@@ -480,6 +496,8 @@ class Bench:
         # CPU seconds (this process and its threads, the kernel's io workers
         # among them, or the fio child) per sample, for the random reads' cost per read
         self.cpu: dict[tuple[str, ...], list[float]] = {}
+        # CPU seconds of this thread alone (the event loop's) per sample
+        self.loop_cpu: dict[tuple[str, ...], list[float]] = {}
         self.errors: list[str] = []
         self.fio = shutil.which("fio") is not None
 
@@ -487,7 +505,7 @@ class Bench:
         return NEEDS.get(variant.split(".", maxsplit=1)[0], True) is not None
 
     def run(self, key: tuple[str, ...], fn: Callable[[], float]) -> None:
-        before = cpu_seconds()
+        before, thread_before = cpu_seconds(), time.thread_time()
         try:
             value = fn()
         except Exception as exc:  # a failed run is reported, the others go on
@@ -496,6 +514,7 @@ class Bench:
             return
         self.samples.setdefault(key, []).append(value)
         self.cpu.setdefault(key, []).append(cpu_seconds() - before)
+        self.loop_cpu.setdefault(key, []).append(time.thread_time() - thread_before)
         log(f"  {'/'.join(key):<34} {value:12,.1f}")
 
     def rounds(self, configs: list[tuple[tuple[str, ...], Callable[[], float]]]) -> None:
@@ -551,8 +570,8 @@ class Bench:
             for name, fn in SMALL.items():
                 if self.available(name):
                     configs.append((("small", str(SMALL_N), loop, name),
-                                    lambda fn=fn, loop=loop: self._small_rounds(
-                                        lambda: self.in_loop(loop, lambda: fn(paths)), want)))
+                                    lambda fn=fn, loop=loop: self.in_loop(
+                                        loop, lambda: self._small_rounds_async(lambda: fn(paths), want))))
         configs.append((("small", str(SMALL_N), "-", "open()"),
                         lambda: self._small_rounds(lambda: small_sync(paths), want)))
         self.rounds(configs)
@@ -599,6 +618,19 @@ class Bench:
                 raise AssertionError(f"read {got} bytes of {want}")
         return median(times)
 
+    async def _small_rounds_async(self, one_round: Callable[[], Awaitable[int]], want: int) -> float:
+        """_small_rounds on the running loop."""
+        times = []
+        for _ in range(self.args.rounds):
+            for p in self.small:
+                drop(p)
+            start = time.perf_counter()
+            got = await one_round()
+            times.append((time.perf_counter() - start) * 1000)
+            if got != want:
+                raise AssertionError(f"read {got} bytes of {want}")
+        return median(times)
+
     def _log_run(self, path: Path, fn: Callable[[], None]) -> Callable[[], float]:
         def run() -> float:
             path.write_bytes(b"")
@@ -618,12 +650,13 @@ class Bench:
         values = self.samples.get(key)
         return median(values) if values else None
 
-    def cpu_per_read(self, key: tuple[str, ...]) -> float:
+    def cpu_per_read(self, key: tuple[str, ...], loop_thread: bool = False) -> float:
         """Median CPU microseconds per random read of the configuration (the run's
-        reads taken as its rate times --seconds, fio's as its rate times its whole seconds)."""
+        reads taken as its rate times --seconds, fio's as its rate times its whole seconds):
+        of the process, or (`loop_thread`) of the thread that ran the event loop."""
         seconds = max(1, round(self.args.seconds)) if key[3].startswith("fio") else self.args.seconds
-        return median(c / (v * seconds) * 1e6 for c, v in zip(self.cpu[key], self.samples[key], strict=True)
-                      if v > 0)
+        cpu = (self.loop_cpu if loop_thread else self.cpu)[key]
+        return median(c / (v * seconds) * 1e6 for c, v in zip(cpu, self.samples[key], strict=True) if v > 0)
 
     def table(self, workload: str, unit: str, lower_is_better: bool = False) -> str:
         keys = sorted({k for k in self.samples if k[0] == workload},
@@ -632,11 +665,13 @@ class Bench:
         for k in keys:
             v = self.samples[k]
             spread = max(v) / min(v) - 1 if min(v) > 0 else 0.0
-            cpu = [f"{self.cpu_per_read(k):,.1f}"] if workload == "rand" else []
+            cpu = ([f"{self.cpu_per_read(k):,.1f}",
+                    "-" if k[3].startswith("fio") else f"{self.cpu_per_read(k, loop_thread=True):,.1f}"]
+                   if workload == "rand" else [])
             rows.append([k[1], k[2], k[3], f"{median(v):,.1f}", *cpu, f"{spread:.0%}", str(len(v))])
         head = {"rand": "tasks", "seq": "tasks", "small": "files", "log": "sync every"}[workload]
         value = f"median {unit}" + (" (lower is better)" if lower_is_better else "")
-        cpu_head = ["CPU us/read"] if workload == "rand" else []
+        cpu_head = ["CPU us/read", "loop thread"] if workload == "rand" else []
         return render([head, "loop", "variant", value, *cpu_head, "max/min-1", "runs"], rows, left=3)
 
     def verdicts(self) -> list[str]:
@@ -668,8 +703,8 @@ class Bench:
                       self.med(*r, "aioring.direct"), fio_d, 0.8)
                 check(f"[{loop}] random 4 KiB, 64 tasks: aioring.read vs the try before every read",
                       self.med(*r, "aioring.read"), self.med(*r, "aioring.read.tryeach"), 1.0)
-                check(f"[{loop}] random 4 KiB, 64 tasks: aioring.read vs no read handed to workers",
-                      self.med(*r, "aioring.read"), self.med(*r, "aioring.read.inline"), 1.0)
+                check(f"[{loop}] random 4 KiB, 64 tasks: aioring.read vs reads handed to workers",
+                      self.med(*r, "aioring.read"), self.med(*r, "aioring.read.handoff"), 1.0)
             s = ("seq", "1", loop)
             best = max(self.med(*s, v) or 0.0 for v in ("aioring.read", "aioring.open")) or None
             check(f"[{loop}] sequential 1 MiB chunks: aioring.open vs sync readinto",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import mmap
 import os
 
@@ -74,9 +75,9 @@ async def test_cold_reads_equal_pread(cold_file):
 
 @pytest.mark.parametrize("handoff", [True, False], ids=["handed-over", "inline"])
 async def test_concurrent_cold_reads_equal_pread(cold_file, handoff, monkeypatch):
-    """Many reads of dropped pages at once (those after the first misses are
-    handed to the kernel's workers, or, without COLD_HANDOFF, all issued in
-    the submitting call) each return what os.pread returns."""
+    """Many reads of dropped pages at once (all issued in the submitting call,
+    or, with COLD_HANDOFF, those after the first misses handed to the kernel's
+    workers) each return what os.pread returns."""
     monkeypatch.setattr(_ops, "COLD_HANDOFF", handoff)
     path, content = cold_file
     fd = os.open(path, os.O_RDONLY)
@@ -137,10 +138,13 @@ async def test_direct_round_trip(disk_dir):
         os.close(fd)
 
 
-async def test_concurrent_direct_reads_equal_pread(cold_file):
-    """Many O_DIRECT reads at once (those while another is in flight are
-    handed to the kernel's workers), and misaligned ones among them, each give
-    what a buffered read gives, or the alignment's EINVAL."""
+@pytest.mark.parametrize("handoff", [True, False], ids=["handed-over", "inline"])
+async def test_concurrent_direct_reads_equal_pread(cold_file, handoff, monkeypatch):
+    """Many O_DIRECT reads at once (those while another is in flight handed
+    to the kernel's workers, or, without DIRECT_HANDOFF, all issued in the
+    submitting call), and misaligned ones among them, each give what a
+    buffered read gives, or the alignment's EINVAL."""
+    monkeypatch.setattr(_ops, "DIRECT_HANDOFF", handoff)
     path, content = cold_file
     fd = open_direct(path)
     offsets = [(i * 7919 * 4096) % (SIZE - 8192) // 4096 * 4096 for i in range(24)]
@@ -281,3 +285,35 @@ async def test_direct_through_open(disk_dir):
         assert await f.write(memoryview(buf)[:4096]) == 4096
     with open(path, "rb") as f:
         assert f.read() == content[:4096] + b"z" * 4096 + content[8192:]
+
+
+async def test_partly_cached_read_reads_each_byte_once(cold_file, monkeypatch):
+    """A readinto at an offset of which only the start is cached returns the
+    file's bytes, the cached start taken at once and the rest read after it:
+    no byte is read twice (a 1 MiB sequential read was copied twice)."""
+    path, content = cold_file
+    fd = os.open(path, os.O_RDONLY)
+    done = []  # (offset, count) of every try at once that read something
+    real = _ops._preadv
+
+    def preadv(fd_, buffers, offset, flags=0):
+        got = real(fd_, buffers, offset, flags)
+        if got > 0:
+            done.append((offset, got))
+        return got
+    monkeypatch.setattr(_ops, "_preadv", preadv)
+    try:
+        os.pread(fd, 4096, 0)
+        assert await aioring.readinto(fd, bytearray(4096), 0) == 4096  # (a hit: the fd's reads are tried)
+        for cached in (4096, 65536):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.pread(fd, cached, 0)
+            os.posix_fadvise(fd, cached, 0, os.POSIX_FADV_DONTNEED)  # (its read-ahead goes again)
+            done.clear()
+            buf = bytearray(512 * 1024)
+            assert await aioring.readinto(fd, buf, 0) == len(buf)
+            assert buf == content[:len(buf)]
+            spans = sorted(done)
+            assert all(a + n <= b for (a, n), (b, _) in itertools.pairwise(spans)), spans
+    finally:
+        os.close(fd)
