@@ -70,6 +70,10 @@ def _mode_plan(mode: str) -> tuple[str, bool, bool, int]:
     return plan
 
 
+# The plans of the modes that check_open found good for a path opened with
+# every other argument left to its default (bounded as _MODE_PLANS).
+_DEFAULT_PLANS: dict[str, tuple[str, bool, bool, int]] = {}
+
 # Arguments of opens that check_open found good (their checks depend on
 # nothing else); bounded, as callers may pass many distinct values.
 _GOOD_ARGS: set[tuple[Any, ...]] = set()
@@ -127,30 +131,45 @@ async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: 
     else (a FIFO, a terminal, a device) it is the stdlib's own FileIO, which
     the wrappers then drive from the executor as aiofiles does.
     """
-    check_open(file, mode, buffering, encoding, errors, newline, closefd)
-    rawmode, binary, plus, flags = _MODE_PLANS.get(mode) or _mode_plan(mode)
-    shared_offset = isinstance(file, int)
-    if shared_offset:
-        if file < 0:
-            raise ValueError("negative file descriptor")  # as builtin open
-        fd = file
+    if (type(file) is str and type(mode) is str and mode in _DEFAULT_PLANS and opener is None
+            and type(buffering) is int and buffering == -1 and encoding is None and errors is None
+            and newline is None and closefd is True):
+        # A path opened with every other argument left to its default, in a
+        # mode found good before: the most common open, with nothing to check.
+        plan = _DEFAULT_PLANS[mode]
         name: Any = file
+        shared_offset = False
+        fd = await _pathops.open_encoded(file, _pathops._encode(file, "open"), plan[3], 0o666)
     else:
-        name = os.fspath(file) if not isinstance(file, (str, bytes)) else file
-        if opener is None:
-            fd = await _pathops.open_encoded(name, _pathops._encode(name, "open"), flags, 0o666)
+        check_open(file, mode, buffering, encoding, errors, newline, closefd)
+        plan = _MODE_PLANS.get(mode) or _mode_plan(mode)
+        shared_offset = isinstance(file, int)
+        if shared_offset:
+            if file < 0:
+                raise ValueError("negative file descriptor")  # as builtin open
+            fd = file
+            name = file
         else:
-            fd = opener(name, flags)
-            if not isinstance(fd, int):
-                raise TypeError("expected integer from opener")
-            if fd < 0:
-                raise ValueError(f"opener returned {fd}")
+            if (type(file) is str and opener is None and type(buffering) is int and buffering == -1
+                    and encoding is None and errors is None and newline is None and closefd is True
+                    and len(_DEFAULT_PLANS) < 64):
+                _DEFAULT_PLANS[mode] = plan
+            name = os.fspath(file) if not isinstance(file, (str, bytes)) else file
+            if opener is None:
+                fd = await _pathops.open_encoded(name, _pathops._encode(name, "open"), plan[3], 0o666)
+            else:
+                fd = opener(name, plan[3])
+                if not isinstance(fd, int):
+                    raise TypeError("expected integer from opener")
+                if fd < 0:
+                    raise ValueError(f"opener returned {fd}")
+    rawmode, binary, plus, _ = plan
     owned = closefd
     try:
         st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), name)
         if not stat.S_ISREG(st.st_mode):
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), name)
             result = open(fd, mode, buffering, encoding, errors, newline, closefd=closefd)  # noqa: ASYNC230 (an open fd: no I/O)
             top: Any = result
             raw_of = top if buffering == 0 else getattr(top, "buffer", top).raw

@@ -97,15 +97,22 @@ class RawFile(io.FileIO):
         self.name = name
         self._fd = fd
         self._owns_fd = closefd
-        self.appending = append = "a" in rawmode
         self.size = size = st.st_size
-        self.pos = size if append else 0
+        if rawmode == "rb":  # (most files: only read)
+            self.appending = False
+            self.pos = 0
+            # A file only read, on a file system whose files need no flush
+            # at close, is closed at once (see _closes_at_once).
+            dev = st.st_dev
+            known = _FS_CLOSES_AT_ONCE.get(dev)
+            self._close_now = _closes_at_once(fd, dev) if known is None else known
+        else:
+            self.appending = append = "a" in rawmode
+            self.pos = size if append else 0
+            self._close_now = False
         self._wbuf = bytearray()
         self.queue: collections.deque[tuple[Any, ...]] = collections.deque()
         self._key = key = (st.st_dev, st.st_ino)
-        # A file only read, on a file system whose files need no flush at
-        # close, is closed at once (see _closes_at_once).
-        self._close_now = rawmode == "rb" and _closes_at_once(fd, st.st_dev)
         self._gen = _GENERATIONS.get(key, 0)
         _OPEN[key] = _OPEN.get(key, 0) + 1
         self._counted = True
@@ -131,9 +138,10 @@ class RawFile(io.FileIO):
                 self._flush_sync()
             except OSError:
                 pass
-        if not self.closed and self._owns_fd:
-            warnings.warn(f"unclosed file {self!r}", ResourceWarning, stacklevel=2, source=self)
-        super().__del__()
+        if not self.closed:  # (closed: nothing left for FileIO's finalizer to do)
+            if self._owns_fd:
+                warnings.warn(f"unclosed file {self!r}", ResourceWarning, stacklevel=2, source=self)
+            super().__del__()
 
     # -- position ----------------------------------------------------------
     def seekable(self) -> bool:
@@ -346,29 +354,29 @@ class RawFile(io.FileIO):
                 self._weof = False
         return size
 
-    def _uncount(self) -> None:
-        if getattr(self, "_counted", False):  # (False: __init__ failed before counting it)
-            self._counted = False
-            left = _OPEN.get(self._key, 1) - 1
-            if left:
-                _OPEN[self._key] = left
-            else:
-                _OPEN.pop(self._key, None)
-                _GENERATIONS.pop(self._key, None)
-
     def close(self) -> None:
         if self.closed:
             return
-        self._uncount()
-        if self.defer and not (self._close_now and not self.queue):  # (else: at once, below)
+        if getattr(self, "_counted", False):  # (False: __init__ failed before counting it)
+            self._counted = False
+            key = self._key
+            left = _OPEN.get(key, 1) - 1
+            if left:
+                _OPEN[key] = left
+            else:
+                _OPEN.pop(key, None)
+                _GENERATIONS.pop(key, None)
+        queued = self.queue
+        if self.defer and (queued or not self._close_now):  # (else: at once, below)
             try:
                 io.FileIO.close(self)  # closefd=False: marks it closed, the fd stays open
             finally:
                 if self._owns_fd:
-                    self.queue.append((CLOSE,))
+                    queued.append((CLOSE,))
             return
         try:
-            self._flush_sync()
+            if queued:
+                self._flush_sync()
         finally:
             try:
                 io.FileIO.close(self)

@@ -135,38 +135,55 @@ class AsyncBufferedIOBase(_BinaryBase):
     async def read(self, size: Any = -1) -> bytes:
         """io.BufferedIOBase.read, awaited: the same arguments, result and exceptions."""
         raw = self._raw
-        if raw is not None and not raw.busy and not raw.queue and not raw.closed and raw.readable():
+        if raw is None:
+            return await self._call("read", None, size)
+        rest = size is None or (type(size) is int and size < 0)
+        if rest and pace():
+            await asyncio.sleep(0)  # (a task reading cached files would not yield otherwise)
+        if not raw.busy and not raw.queue and not raw.closed and raw.readable():
+            if rest:
+                data = self._read_rest_now(raw)
+                return data if data is not None else await self._read_rest_ring(raw)
             if type(size) is int and size >= DIRECT_READ:
                 return await self._read_direct(raw, size)
-            if type(size) is int and size >= 0 and type(self._file) is io.BufferedReader:
+            if type(size) is int and type(self._file) is io.BufferedReader:
                 chunk: bytes = await self._call_now(raw, "read", size)
                 return chunk
-            if size is None or (type(size) is int and size < 0):
-                # read() to end of file with nothing buffered: the kernel
-                # fills the result itself (one copy of the file, not a window
-                # and a copy of it).  The file stays taken throughout.
-                file = self._file
-                raw.busy = True
-                try:
-                    raw.begin_call()
-                    n = raw.size - raw.pos
-                    if file.tell() != raw.pos or not REST_MIN <= n <= REST_MAX:
-                        return await self._run(raw, "read", self._plan(self._read_plan, -1), (-1,))
-                    if pace():
-                        await asyncio.sleep(0)  # (a task reading cached files would not yield otherwise)
-                    data = read_rest_now(raw, n)
-                    if data is not None:
-                        _moved(raw, file, n)
-                        return data
-                    data, eof = await read_rest(raw, n)
-                    _moved(raw, file, len(data))
-                    if not eof:
-                        raw.begin_call()  # it grew: the rest as BufferedReader reads it
-                        data += await self._run(raw, "read", self._plan(self._read_plan, -1), (-1,))
-                    return data
-                finally:
-                    raw.release()
         return await self._call("read", self._plan(self._read_plan, size), size)
+
+    def _read_rest_now(self, raw: RingFileIO) -> bytes | None:
+        """read() to end of file with nothing buffered, at once from the page
+        cache when it holds the whole rest: the kernel fills the result
+        itself (one copy of the file, not a window and a copy of it).  None:
+        _read_rest_ring's turn."""
+        file = self._file
+        n = raw.size - raw.pos
+        if REST_MIN <= n <= REST_MAX and not raw.shared_offset and file.tell() == raw.pos:
+            data = read_rest_now(raw, n)
+            if data is not None:
+                file.seek(raw.pos + n)  # (the stdlib file's position follows: nothing to read or write)
+                return data
+        return None
+
+    async def _read_rest_ring(self, raw: RingFileIO) -> bytes:
+        """read() to end of file with nothing buffered, through the ring: one
+        read fills the result (see read_rest).  The file stays taken
+        throughout."""
+        file = self._file
+        raw.busy = True
+        try:
+            raw.begin_call()
+            n = raw.size - raw.pos
+            if file.tell() != raw.pos or not REST_MIN <= n <= REST_MAX:
+                return await self._run(raw, "read", self._plan(self._read_plan, -1), (-1,))
+            data, eof = await read_rest(raw, n)
+            _moved(raw, file, len(data))
+            if not eof:
+                raw.begin_call()  # it grew: the rest as BufferedReader reads it
+                data += await self._run(raw, "read", self._plan(self._read_plan, -1), (-1,))
+            return data
+        finally:
+            raw.release()
 
     async def readinto(self, b: Any) -> int:
         """io.BufferedIOBase.readinto, awaited: the same arguments, result and exceptions."""
