@@ -51,7 +51,7 @@ INF = 1 << 62
 _MIN_FILL = 128 * 1024  # a sequential fill reads at least this much ahead
 DIRECT_READ = 64 * 1024  # binary reads this large skip the window
 _REST_SPARE = 4096  # read(-1) reads this much past the size it knows: the end shows
-REST_MIN = 4096  # (bytes of length 0 and 1 are shared objects: never filled)
+REST_MIN = 2  # (bytes of length 0 and 1 are shared objects: never filled)
 REST_MAX = _ops.MAX_RW - _REST_SPARE
 _read_whole_now = _binding.read_whole_now
 
