@@ -18,6 +18,12 @@
 static PyObject *str_buffer, *str_waiter, *str_received, *str_set_result;
 
 static int
+is_none_obj(PyObject *obj)
+{
+    return obj == NULL || obj == Py_None;
+}
+
+static int
 no_reader(AiorRecv *rx)
 {
     return rx->reader == NULL || rx->reader == Py_None;
@@ -180,6 +186,7 @@ recv_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     rx->reader = Py_NewRef(Py_None);
     rx->core = Py_NewRef(Py_None);
     rx->flush = Py_NewRef(Py_None);
+    rx->into_op = Py_NewRef(Py_None);
     return (PyObject *)rx;
 }
 
@@ -189,6 +196,9 @@ recv_traverse(AiorRecv *rx, visitproc visit, void *arg)
     Py_VISIT(rx->reader);
     Py_VISIT(rx->core);
     Py_VISIT(rx->flush);
+    Py_VISIT(rx->into_op);
+    Py_VISIT(rx->into_buf);
+    Py_VISIT(rx->into_waiter);
     return 0;
 }
 
@@ -198,6 +208,9 @@ recv_clear(AiorRecv *rx)
     Py_CLEAR(rx->reader);
     Py_CLEAR(rx->core);
     Py_CLEAR(rx->flush);
+    Py_CLEAR(rx->into_op);
+    Py_CLEAR(rx->into_buf);
+    Py_CLEAR(rx->into_waiter);
     return 0;
 }
 
@@ -247,6 +260,172 @@ recv_deliver(AiorRecv *rx, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------- into the caller's own buffer */
+
+/* The kernel moves at most this much in one read or write (MAX_RW_COUNT). */
+#define AIOR_MAX_RW 0x7FFFF000L
+
+static AiorCore *
+into_core(AiorRecv *rx)
+{
+    if (is_none_obj(rx->core) || is_none_obj(rx->into_op))
+        return NULL;
+    AiorCore *core = (AiorCore *)rx->core;
+    return core->ring != NULL ? core : NULL;
+}
+
+/* Prepare the receive into the rest of the caller's buffer, pinned by op:
+   its args made from the template's opcode, fd and offset.  As aior_start:
+   1, 0 (the SQ stays full) or -1. */
+static int
+start_into(AiorRecv *rx, AiorCore *core, AiorOp *op)
+{
+    PyObject *tmpl = op->args;
+    unsigned long long key;
+
+    if (!PyTuple_CheckExact(tmpl) || PyTuple_GET_SIZE(tmpl) < 6) {
+        PyErr_SetString(PyExc_TypeError, "_into_op.args is (opcode, fd, start, length, offset, rw_flags)");
+        return -1;
+    }
+    Py_ssize_t length = rx->into_end - rx->into_got;
+    if (length > AIOR_MAX_RW)
+        length = AIOR_MAX_RW;
+    PyObject *args = Py_BuildValue("(OOnnOi)", PyTuple_GET_ITEM(tmpl, 0), PyTuple_GET_ITEM(tmpl, 1),
+                                   rx->into_got, length, PyTuple_GET_ITEM(tmpl, 4),
+                                   rx->into_exact ? rx->waitall : 0);
+    if (args == NULL)
+        return -1;
+    op->args = args;
+    op->cancelled = 0;
+    int ret = aior_start(core, op, 0, &key);
+    Py_DECREF(tmpl);
+    return ret;
+}
+
+/* The receive into the caller's buffer ended: let go of it, wake the waiter. */
+static int
+end_into(AiorRecv *rx, int res)
+{
+    rx->into_out = 0;
+    rx->into_res = res;
+    Py_CLEAR(rx->into_buf);
+    PyObject *waiter = rx->into_waiter;
+    rx->into_waiter = NULL;
+    if (waiter == NULL || waiter == Py_None) {
+        Py_XDECREF(waiter);
+        return 0;
+    }
+    int ret = 0;
+    int done = aior_future_done(waiter);
+    if (done == 0) {
+        PyObject *r = aior_call_method1(waiter, str_set_result, Py_None);
+        if (r == NULL)
+            ret = -1;
+        Py_XDECREF(r);
+    } else if (done < 0) {
+        ret = -1;
+    }
+    Py_DECREF(waiter);
+    return ret;
+}
+
+static PyObject *
+recv_receive_into(AiorRecv *rx, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "_receive_into(buffer, start, exact, waiter)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    int exact = PyObject_IsTrue(args[2]);
+    if (exact < 0)
+        return NULL;
+    AiorCore *core = into_core(rx);
+    if (core == NULL || rx->into_out || rx->armed || rx->closing || rx->paused)
+        Py_RETURN_FALSE;
+    AiorOp *op = (AiorOp *)rx->into_op;
+    if (op->state == AIOR_SUBMITTED || op->pinned)
+        Py_RETURN_FALSE;
+    if (PyObject_GetBuffer(args[0], &op->view, PyBUF_WRITABLE) < 0)
+        return NULL;
+    op->pinned = 1;
+    if (start < 0 || start >= op->view.len) {
+        aior_unpin(op);
+        PyErr_SetString(PyExc_ValueError, "_receive_into() starts outside the buffer");
+        return NULL;
+    }
+    rx->into_got = start;
+    rx->into_end = op->view.len;
+    rx->into_exact = (char)exact;
+    rx->into_res = 0;
+    int ret = start_into(rx, core, op);
+    if (ret <= 0) {
+        aior_unpin(op);
+        if (ret < 0)
+            return NULL;
+        Py_RETURN_FALSE;
+    }
+    rx->into_out = 1;
+    Py_XSETREF(rx->into_buf, Py_NewRef(args[0]));
+    Py_XSETREF(rx->into_waiter, Py_NewRef(args[3]));
+    if (schedule_flush(rx) < 0)
+        return NULL; /* (its SQE waits in the SQ for the next flush) */
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+recv_into_done(AiorRecv *rx, PyObject *arg)
+{
+    long res = PyLong_AsLong(arg);
+    if (res == -1 && PyErr_Occurred())
+        return NULL;
+    if (!rx->into_out)
+        Py_RETURN_NONE; /* (nothing out: a late call of a closed ring's drop) */
+    AiorOp *op = (AiorOp *)rx->into_op;
+    if (res > 0)
+        rx->into_got += res;
+    AiorCore *core = into_core(rx);
+    if (res > 0 && rx->into_exact && rx->into_got < rx->into_end && core != NULL && !op->cancelled &&
+        !rx->closing && !rx->paused && rx->into_buf != NULL && op->state != AIOR_SUBMITTED &&
+        !op->pinned) {
+        /* Short: the rest of the buffer, received at once. */
+        if (PyObject_GetBuffer(rx->into_buf, &op->view, PyBUF_WRITABLE) < 0)
+            goto failed;
+        op->pinned = 1;
+        if (op->view.len != rx->into_end) {
+            aior_unpin(op);
+            PyErr_SetString(PyExc_BufferError, "the buffer of a receive changed size");
+            goto failed;
+        }
+        int ret = start_into(rx, core, op);
+        if (ret < 0) {
+            aior_unpin(op);
+            goto failed;
+        }
+        if (ret > 0) {
+            if (schedule_flush(rx) < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+        aior_unpin(op); /* (the SQ stays full: policy starts the rest) */
+    }
+    if (end_into(rx, (int)res) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+
+failed: {
+        /* The receive ends with what it got; the exception goes on. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        end_into(rx, (int)res);
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+}
+
 static int
 recv_getbuffer(AiorRecv *rx, Py_buffer *view, int flags)
 {
@@ -274,6 +453,10 @@ recv_get_has_chunk(AiorRecv *rx, void *unused)
 static PyMethodDef recv_methods[] = {
     {"_deliver", (PyCFunction)recv_deliver, METH_O,
      "_deliver(res): append the chunk's first res bytes to the reader's buffer, wake its waiter."},
+    {"_receive_into", (PyCFunction)(void (*)(void))recv_receive_into, METH_FASTCALL,
+     "_receive_into(buffer, start, exact, waiter) -> bool: receive into the caller's buffer (see channel.h)."},
+    {"_into_done", (PyCFunction)recv_into_done, METH_O,
+     "_into_done(res): the sink of the receive into the caller's buffer (see channel.h)."},
     {NULL},
 };
 
@@ -286,11 +469,39 @@ static PyMemberDef recv_members[] = {
     {"_armed", T_BOOL, offsetof(AiorRecv, armed), 0, NULL},
     {"_closing", T_BOOL, offsetof(AiorRecv, closing), 0, NULL},
     {"_paused", T_BOOL, offsetof(AiorRecv, paused), 0, NULL},
+    {"_waitall", T_INT, offsetof(AiorRecv, waitall), 0, NULL},
+    {"_into_out", T_BOOL, offsetof(AiorRecv, into_out), READONLY, NULL},
+    {"_into_waiter", T_OBJECT, offsetof(AiorRecv, into_waiter), 0, NULL},
+    {"_into_got", T_PYSSIZET, offsetof(AiorRecv, into_got), READONLY, NULL},
+    {"_into_res", T_INT, offsetof(AiorRecv, into_res), READONLY, NULL},
     {NULL},
 };
 
+static PyObject *
+recv_get_into_op(AiorRecv *rx, void *unused)
+{
+    return Py_NewRef(rx->into_op);
+}
+
+static int
+recv_set_into_op(AiorRecv *rx, PyObject *value, void *unused)
+{
+    if (value == NULL || (value != Py_None && !PyObject_TypeCheck(value, &AiorOp_Type))) {
+        PyErr_SetString(PyExc_TypeError, "_into_op is an Op or None");
+        return -1;
+    }
+    if (rx->into_out) {
+        PyErr_SetString(PyExc_RuntimeError, "a receive into the caller's buffer is out");
+        return -1;
+    }
+    Py_SETREF(rx->into_op, Py_NewRef(value));
+    return 0;
+}
+
 static PyGetSetDef recv_getset[] = {
     {"has_chunk", (getter)recv_get_has_chunk, NULL, "Whether the chunk exists.", NULL},
+    {"_into_op", (getter)recv_get_into_op, (setter)recv_set_into_op,
+     "The Op of the receives into the caller's buffer, or None.", NULL},
     {NULL},
 };
 

@@ -36,6 +36,30 @@
  *                    into its own buffer); 0: never.
  *       _buffer_max  re-arms only while the reader's buffer holds fewer
  *                    bytes than this (backpressure: the reader's limit).
+ *   - the receive into the caller's own buffer (readinto and
+ *     readinto_exactly of a large buffer), a second op whose sink is the
+ *     bound _into_done: started by _receive_into(), re-armed in C into the
+ *     rest of the buffer while an exact receive is short, its waiter woken
+ *     in C once it ends.  Its fields (policy reads them, C writes them):
+ *       _into_op     the Op of these receives (None: policy's path only).
+ *                    Its args, as policy made it, name the opcode, fd and
+ *                    offset; C sets the part of the buffer each time.
+ *       _waitall     the rw_flags of an exact receive (MSG_WAITALL for a
+ *                    socket's RECV, 0 for a pipe's READ).
+ *       _into_out    a receive into the caller's buffer is out (in the SQ,
+ *                    the kernel, or policy's queue for a poll and retry).
+ *       _into_got    the bytes at the front of the caller's buffer: those
+ *                    that were there when it started (copied from the
+ *                    reader's buffer) and those received since.
+ *       _into_waiter what is woken when it ends (policy replaces it with a
+ *                    fresh one when its caller was cancelled), or None.
+ *       _into_res    once it ended: the last result (> 0: it stopped with
+ *                    the buffer full, or after one receive when not exact,
+ *                    or short when the SQ stayed full; 0: EOF; < 0: -errno).
+ *     The caller's buffer is pinned by the op while the kernel has it and
+ *     referenced by the receiver (not exported) between two receives; both
+ *     end with the receive.  At most one of the two ops is out at a time
+ *     (policy's rule: a read waits for the other's bytes first).
  */
 #ifndef AIORING_CHANNEL_H
 #define AIORING_CHANNEL_H
@@ -57,6 +81,15 @@ typedef struct {
     char closing;          /* _closing */
     char paused;           /* _paused */
     char *chunk;           /* NULL until its buffer is first asked for */
+    PyObject *into_op;     /* _into_op: an AiorOp, or None */
+    PyObject *into_buf;    /* the caller's buffer while _into_out, else NULL */
+    PyObject *into_waiter; /* the waiter woken when it ends, else NULL */
+    Py_ssize_t into_got;   /* _into_got */
+    Py_ssize_t into_end;   /* the caller's buffer's length */
+    int into_res;          /* _into_res */
+    int waitall;           /* _waitall */
+    char into_out;         /* _into_out */
+    char into_exact;       /* receives until the buffer is full */
 } AiorRecv;
 
 extern PyTypeObject AiorRecv_Type;
@@ -110,6 +143,28 @@ extern PyTypeObject AiorSender_Type;
  *  of it is held), and what the waiter's done() and set_result() raise.
  *
  * [has_chunk]  Whether the chunk exists.
+ *
+ * [_receive_into(buffer, start, exact, waiter) -> bool]  Start a receive
+ *  into the writable `buffer` (C-contiguous) from `start` on: the buffer
+ *  pinned by _into_op, its SQE prepared (MSG_WAITALL, _waitall, when
+ *  exact), the op in the table, _into_out set, _into_got = start, _flush
+ *  called.  `waiter` (done() and set_result()) is woken when the receive
+ *  ends: after one CQE, or when exact once the buffer is full, at EOF, on
+ *  an error, a cancellation, closing or pause.  False (nothing changed)
+ *  when policy has to receive: no _core or its ring detached, no
+ *  _into_op, a receive out, closing, paused, or the SQ stays full.
+ *  Raises ValueError for a start outside the buffer, and what the buffer
+ *  protocol raises (see Op.pin), before anything is queued.
+ *
+ * [_into_done(res) -> None]  _into_op's sink: the result of one receive
+ *  into the caller's buffer (the core's dispatch after the op's pin was
+ *  released; policy's withdraw, cancel or close with -ECANCELED).  Adds a
+ *  positive res to _into_got; when exact, not full, neither closing,
+ *  paused nor cancelled (op.cancelled), receives into the rest at once (the
+ *  buffer pinned again, the op back in the table, _flush called).
+ *  Otherwise the receive ends: _into_res = res, _into_out cleared, the
+ *  buffer let go, the waiter woken if it is not done.  Raises what the
+ *  waiter's done() and set_result() raise (the receive has ended then).
  *
  * aior_recv_complete(core, op, rx, res) -> 0 | -1 (C, called by the core's
  *  dispatch for an op whose sink is rx, after the op's pin was released
