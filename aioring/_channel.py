@@ -43,7 +43,7 @@ from ._ringbase import _WAITING as _OP_WAITING
 from ._loops import get_ring
 from ._redelivery import deliver_owed, owed, redeliver_later
 from ._ringbase import Op, RingBase, os_error, ready
-from ._core import JOIN_MAX, RECV_CHUNK
+from ._core import JOIN_MAX, POOL_MIN, RECV_CHUNK
 from ._core import Receiver as _ReceiveTarget
 from ._core import Sender as _SendTarget
 
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 _HIGH_WATER = 64 * 1024  # asyncio's transports' defaults
 _CHUNK = RECV_CHUNK  # what asyncio's socket transport receives at a time
 # Mutable buffers this large are copied into memory the channel reuses.
-_POOL_MIN = 256 * 1024
+_POOL_MIN = POOL_MIN
 # Pending writes up to this much in all are joined into one send.
 _JOIN_MAX = JOIN_MAX
 _IOV_MAX = 1024

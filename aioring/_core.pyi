@@ -57,6 +57,7 @@ class Core:
 # The channel's receive target (src/channel.c; see src/channel.h).
 RECV_CHUNK: int
 JOIN_MAX: int
+POOL_MIN: int
 
 class Receiver:
     _reader: Any

@@ -575,16 +575,49 @@ call_int(PyObject *obj, PyObject *name, long value)
     return ret;
 }
 
+/* A copy of a small buffer that is not bytes, as bytes (a new reference):
+   the caller may change its buffer once write() returns.  NULL without an
+   exception when policy copies it (large, not contiguous, not a buffer). */
+static PyObject *
+frozen(PyObject *data)
+{
+    Py_buffer view;
+
+    if (!PyObject_CheckBuffer(data))
+        return NULL;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear(); /* (policy raises the stdlib's error, or copies it as its bytes) */
+        return NULL;
+    }
+    PyObject *copy = NULL;
+    if (view.len < AIOR_POOL_MIN)
+        copy = PyBytes_FromStringAndSize(view.buf, view.len);
+    PyBuffer_Release(&view);
+    if (copy == NULL)
+        PyErr_Clear(); /* (a MemoryError: policy's copy raises it again) */
+    return copy;
+}
+
 static PyObject *
 sender_write(AiorSender *tx, PyObject *data)
 {
-    if (!PyBytes_CheckExact(data) || tx->eof_wanted || !is_none(tx->write_exc) || tx->closing ||
-        is_none(tx->pending))
+    PyObject *copy = NULL;
+
+    if (tx->eof_wanted || !is_none(tx->write_exc) || tx->closing || is_none(tx->pending))
         return aior_call_method1((PyObject *)tx, str_write, data);
+    if (!PyBytes_CheckExact(data)) {
+        if ((copy = frozen(data)) == NULL)
+            return aior_call_method1((PyObject *)tx, str_write, data);
+        data = copy;
+    }
     Py_ssize_t n = PyBytes_GET_SIZE(data);
-    if (n == 0)
+    if (n == 0) {
+        Py_XDECREF(copy);
         Py_RETURN_NONE;
-    if (call1(tx->pending, str_append, data) < 0)
+    }
+    int appended = call1(tx->pending, str_append, data);
+    Py_XDECREF(copy);
+    if (appended < 0)
         return NULL;
     tx->pending_size += n;
     if (is_none(tx->sending) && !tx->soon) {
@@ -833,7 +866,8 @@ aior_channel_add_types(PyObject *module)
     if (PyModule_AddObjectRef(module, "Receiver", (PyObject *)&AiorRecv_Type) < 0 ||
         PyModule_AddObjectRef(module, "Sender", (PyObject *)&AiorSender_Type) < 0 ||
         PyModule_AddIntConstant(module, "RECV_CHUNK", AIOR_RECV_CHUNK) < 0 ||
-        PyModule_AddIntConstant(module, "JOIN_MAX", AIOR_JOIN_MAX) < 0)
+        PyModule_AddIntConstant(module, "JOIN_MAX", AIOR_JOIN_MAX) < 0 ||
+        PyModule_AddIntConstant(module, "POOL_MIN", AIOR_POOL_MIN) < 0)
         return -1;
     return 0;
 }

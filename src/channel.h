@@ -111,6 +111,9 @@ extern PyTypeObject AiorRecv_Type;
  *       _send_soon     what _defer is given: the bound _send_now
  */
 #define AIOR_JOIN_MAX (16 * 1024)
+/* Buffers other than bytes this large are copied by policy, into memory it
+   reuses; smaller ones by write() itself, as bytes. */
+#define AIOR_POOL_MIN (256 * 1024)
 
 typedef struct {
     PyObject_HEAD
@@ -184,11 +187,13 @@ extern PyTypeObject AiorSender_Type;
  *  _direct True).  Subclassed by policy (with __slots__ of its own).
  *
  * [write(data) -> None]  asyncio's transport.write: bytes of a writer that
- *  may write are queued (empty ones: nothing), and the first write of the
- *  iteration defers _send_soon to the flush (unless a send is in flight,
- *  whose completion sends the rest).  Anything else (another type, the
- *  first write, after write_eof() or close() or a failed send) goes to
- *  policy's _write(data), which raises what asyncio's write raises.
+ *  may write are queued (empty ones: nothing), and so is a copy, as bytes,
+ *  of another C-contiguous buffer below AIOR_POOL_MIN; the first write of
+ *  the iteration defers _send_soon to the flush (unless a send is in
+ *  flight, whose completion sends the rest).  Anything else (not a buffer,
+ *  a larger or non-contiguous one, the first write, after write_eof() or
+ *  close() or a failed send) goes to policy's _write(data), which raises
+ *  what asyncio's write raises.
  *
  * [_send_now() -> None]  The flush's send: the pending bytes, when nothing
  *  is in flight and they are few (at most AIOR_JOIN_MAX, no pooled copies,
@@ -204,7 +209,7 @@ extern PyTypeObject AiorSender_Type;
  *  writes then wait in the queue as one bytes object.
  *
  * aior_channel_add_types(module) -> 0 | -1  Adds Receiver, Sender,
- *  RECV_CHUNK and JOIN_MAX to the module (its init).
+ *  RECV_CHUNK, JOIN_MAX and POOL_MIN to the module (its init).
  */
 int aior_recv_complete(AiorCore *core, AiorOp *op, AiorRecv *rx, int res);
 int aior_channel_add_types(PyObject *module);

@@ -741,6 +741,34 @@ async def test_writes_of_every_kind_leave_in_order_whole(impl, socks):
     await _close(writer)
 
 
+async def test_small_writes_of_any_buffer_arrive_as_they_were_at_write(socks):
+    """Small writes of a bytearray, a view of one, a typed array, a
+    two-dimensional and a non-contiguous view, each changed right after
+    write() returned: the peer receives the bytes they held at write()
+    (bytes(memoryview(data)) then), in order."""
+    a, b = _tcp_pair(socks)
+    _reader, writer = await aioring.open_connection(sock=a)
+    got = bytearray()
+    receiving = asyncio.ensure_future(_receive_all(b, got))
+    expected = bytearray()
+    for i in range(30):
+        chunk = bytearray(os.urandom(4000))
+        buffers = [chunk, memoryview(chunk)[10:3000], array.array("i", chunk[:400]),
+                   memoryview(chunk).cast("B", (2, 2000)), memoryview(chunk)[::3]]
+        data = buffers[i % len(buffers)]
+        writer.write(data)
+        expected += bytes(memoryview(data))
+        chunk[:] = b"\xee" * len(chunk)  # changed after write(): must not be sent
+        if isinstance(data, array.array):
+            data[:] = array.array("i", bytes(1600))
+        if i % 4 == 0:
+            await writer.drain()
+    writer.write_eof()
+    await asyncio.wait_for(receiving, 30)
+    assert got == expected
+    await _close(writer)
+
+
 async def test_large_writes_of_any_buffer_arrive_as_their_bytes(socks):
     """Large writes (copied into memory the writer reuses) of a typed array,
     a two-dimensional view and a non-contiguous view arrive as the bytes
