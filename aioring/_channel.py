@@ -714,6 +714,7 @@ class _SendQueue(_Side, _SendTarget):
         # (stream offset of their end, memory).
         self._defer = self._ring.defer
         self._send_soon = self._send_now
+        self._rwf_nowait = _RWF_NOWAIT
         self._op: Op | None = None  # the op of every ring send, started again each time
         self._keep: Any = None  # what the send in flight points to, besides op.args
         self._high = _HIGH_WATER
@@ -969,7 +970,7 @@ class _SendQueue(_Side, _SendTarget):
             if channel._closed:
                 raise ConnectionResetError("Connection lost")
         if self._sending is None and self._pending:
-            self.send()
+            self._send_now()  # (the core's: the hot path, else send())
         if self._pending_size <= self._high:
             return
         fut = self._loop.create_future()

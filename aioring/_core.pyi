@@ -95,6 +95,7 @@ class Sender:
     _send_soon: Callable[[], None] | None
     _sent_total: int
     _fd: int
+    _rwf_nowait: int
     _eof_wanted: bool
     _closing: bool
     _soon: bool

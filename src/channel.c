@@ -704,11 +704,82 @@ after_direct(AiorSender *tx, ssize_t n, int err)
     return call_method0(self, str_send); /* (policy tells these apart) */
 }
 
+/* Send the pending buffers (count of them, at most AIOR_SEND_IOV) with one
+   vectored send that does not wait: 1 with *n and *err set, 0 if they do
+   not add up to pending_size (policy's turn), -1 with an exception set. */
+static int
+send_vector(AiorSender *tx, Py_ssize_t count, ssize_t *n, int *err)
+{
+    Py_buffer views[AIOR_SEND_IOV];
+    struct iovec iov[AIOR_SEND_IOV];
+    Py_ssize_t held = 0, total = 0;
+    int ret = 1;
+
+    PyObject *it = PyObject_GetIter(tx->pending);
+    if (it == NULL)
+        return -1;
+    PyObject *item;
+    while (held < count && (item = PyIter_Next(it)) != NULL) {
+        int got = PyObject_GetBuffer(item, &views[held], PyBUF_SIMPLE);
+        Py_DECREF(item);
+        if (got < 0)
+            break;
+        iov[held].iov_base = views[held].buf;
+        iov[held].iov_len = (size_t)views[held].len;
+        total += views[held].len;
+        held++;
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) {
+        ret = -1;
+    } else if (held != count || total != tx->pending_size) {
+        ret = 0;
+    } else if (tx->is_socket) {
+        struct msghdr msg = {0};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = (size_t)held;
+        *n = sendmsg(tx->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+        *err = *n < 0 ? errno : 0;
+    } else {
+        *n = pwritev2(tx->fd, iov, (int)held, -1, tx->rwf_nowait);
+        *err = *n < 0 ? errno : 0;
+    }
+    for (Py_ssize_t i = 0; i < held; i++)
+        PyBuffer_Release(&views[i]);
+    return ret;
+}
+
+/* All of the pending data went: the queue emptied, as policy's _sent and
+   _after_send would (these are called only when they have more to do). */
+static PyObject *
+sent_all(AiorSender *tx, ssize_t n, int pooled)
+{
+    PyObject *self = (PyObject *)tx;
+
+    if (pooled) {
+        if (call_int(self, str_sent, (long)n) < 0 || call0(self, str_after_send) < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if (call0(tx->pending, str_clear) < 0)
+        return NULL;
+    tx->pending_size = 0;
+    tx->sent_total += n;
+    int waiting = is_none(tx->drain_waiters) ? 0 : PyObject_IsTrue(tx->drain_waiters);
+    if (waiting < 0)
+        return NULL;
+    if ((waiting || tx->eof_wanted) && call0(self, str_after_send) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 sender_send_now(AiorSender *tx, PyObject *unused)
 {
     PyObject *self = (PyObject *)tx;
     char joined[AIOR_JOIN_MAX];
+    ssize_t n = 0;
+    int err = 0;
 
     tx->soon = 0;
     if (!is_none(tx->sending) || is_none(tx->pending))
@@ -720,34 +791,31 @@ sender_send_now(AiorSender *tx, PyObject *unused)
     int pooled = is_none(tx->pooled) ? 0 : PyObject_IsTrue(tx->pooled);
     if (pooled < 0)
         return NULL;
-    if (size > AIOR_JOIN_MAX || size <= 0 || !tx->direct || !is_none(tx->write_exc) || tx->closing ||
-        pooled)
+    if (size <= 0 || !tx->direct || !is_none(tx->write_exc) || tx->closing)
         return call_method0(self, str_send);
+    if (size > AIOR_JOIN_MAX || pooled) {
+        /* Larger: the buffers as they are, in one vectored send. */
+        if (count > AIOR_SEND_IOV)
+            return call_method0(self, str_send);
+        int ok = send_vector(tx, count, &n, &err);
+        if (ok <= 0)
+            return ok < 0 ? NULL : call_method0(self, str_send);
+        return n == size ? sent_all(tx, n, pooled) : after_direct(tx, n, err);
+    }
     /* The common case, in short: the iteration's small writes, joined,
        that the kernel takes whole, there and then. */
     int ok = join_pending(tx, joined);
     if (ok <= 0)
         return ok < 0 ? NULL : call_method0(self, str_send);
-    ssize_t n;
     if (tx->is_socket) {
         n = send(tx->fd, joined, (size_t)size, MSG_DONTWAIT | MSG_NOSIGNAL);
     } else {
         struct iovec iov = {joined, (size_t)size};
-        n = pwritev2(tx->fd, &iov, 1, -1, RWF_NOWAIT);
+        n = pwritev2(tx->fd, &iov, 1, -1, tx->rwf_nowait);
     }
-    int err = n < 0 ? errno : 0;
-    if (n == size) {
-        if (call0(tx->pending, str_clear) < 0)
-            return NULL;
-        tx->pending_size = 0;
-        tx->sent_total += n;
-        int waiting = is_none(tx->drain_waiters) ? 0 : PyObject_IsTrue(tx->drain_waiters);
-        if (waiting < 0)
-            return NULL;
-        if ((waiting || tx->eof_wanted) && call0(self, str_after_send) < 0)
-            return NULL;
-        Py_RETURN_NONE;
-    }
+    err = n < 0 ? errno : 0;
+    if (n == size)
+        return sent_all(tx, n, 0);
     if (count > 1 && pending_joined(tx, joined, size) < 0)
         return NULL;
     return after_direct(tx, n, err);
@@ -767,6 +835,7 @@ sender_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     tx->defer = Py_NewRef(Py_None);
     tx->send_soon = Py_NewRef(Py_None);
     tx->fd = -1;
+    tx->rwf_nowait = RWF_NOWAIT;
     tx->direct = 1;
     return (PyObject *)tx;
 }
@@ -821,6 +890,7 @@ static PyMemberDef sender_members[] = {
     {"_pending_size", T_PYSSIZET, offsetof(AiorSender, pending_size), 0, NULL},
     {"_sent_total", T_LONGLONG, offsetof(AiorSender, sent_total), 0, NULL},
     {"_fd", T_INT, offsetof(AiorSender, fd), 0, NULL},
+    {"_rwf_nowait", T_INT, offsetof(AiorSender, rwf_nowait), 0, NULL},
     {"_eof_wanted", T_BOOL, offsetof(AiorSender, eof_wanted), 0, NULL},
     {"_closing", T_BOOL, offsetof(AiorSender, closing), 0, NULL},
     {"_soon", T_BOOL, offsetof(AiorSender, soon), 0, NULL},

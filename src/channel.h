@@ -107,6 +107,8 @@ extern PyTypeObject AiorRecv_Type;
  *       _eof_wanted, _closing, _soon (a send is deferred to the flush),
  *       _direct (sends are tried without waiting), _is_socket, _fd,
  *       _sent_total
+ *       _rwf_nowait    the pwritev2 flag of a pipe's send that does not
+ *                      wait (RWF_NOWAIT)
  *       _defer         the ring's defer(callback)
  *       _send_soon     what _defer is given: the bound _send_now
  */
@@ -114,6 +116,9 @@ extern PyTypeObject AiorRecv_Type;
 /* Buffers other than bytes this large are copied by policy, into memory it
    reuses; smaller ones by write() itself, as bytes. */
 #define AIOR_POOL_MIN (256 * 1024)
+/* The flush sends at most this many pending buffers in one vectored send
+   itself; more go to policy. */
+#define AIOR_SEND_IOV 64
 
 typedef struct {
     PyObject_HEAD
@@ -121,6 +126,7 @@ typedef struct {
     Py_ssize_t pending_size;
     long long sent_total;
     int fd;
+    int rwf_nowait;
     char eof_wanted, closing, soon, direct, is_socket;
 } AiorSender;
 
@@ -195,14 +201,17 @@ extern PyTypeObject AiorSender_Type;
  *  close() or a failed send) goes to policy's _write(data), which raises
  *  what asyncio's write raises.
  *
- * [_send_now() -> None]  The flush's send: the pending bytes, when nothing
- *  is in flight and they are few (at most AIOR_JOIN_MAX, no pooled copies,
- *  not closing, no error, direct sends on), are joined (on the C stack)
- *  and sent at once without waiting (send(2) with MSG_DONTWAIT and
- *  MSG_NOSIGNAL; a pipe's pwritev2 with RWF_NOWAIT).  All taken: the queue
- *  is emptied, and policy's _after_send() called only when drain() waits or
- *  an EOF is wanted.  Otherwise policy goes on, in order: send() (not
- *  direct, or too much; or the system call refused: EINTR, EOPNOTSUPP,
+ * [_send_now() -> None]  The flush's send (and drain()'s): the pending
+ *  bytes, when nothing is in flight (not closing, no error, direct sends
+ *  on), are sent at once without waiting: few (at most AIOR_JOIN_MAX, no
+ *  pooled copies) joined on the C stack, with send(2) (MSG_DONTWAIT and
+ *  MSG_NOSIGNAL; a pipe's pwritev2 with RWF_NOWAIT), more (up to
+ *  AIOR_SEND_IOV buffers) as they are, with sendmsg(2) (a pipe's
+ *  pwritev2).  All taken: the queue is emptied, and policy's _after_send()
+ *  called only when drain() waits or an EOF is wanted (with pooled copies:
+ *  policy's _sent(n) and _after_send(), which take the copies back).
+ *  Otherwise policy goes on, in order: send() (not direct, or more
+ *  buffers; or the system call refused: EINTR, EOPNOTSUPP,
  *  EINVAL, ENOSYS, ENOTSOCK), send(False) after the part taken was
  *  accounted by _sent(n) (the kernel is full: EAGAIN or a partial send),
  *  or _sent(-errno) and _after_send() (the connection's error).  The joined
