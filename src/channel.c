@@ -68,6 +68,25 @@ append(AiorRecv *rx, PyObject *buf, Py_ssize_t n)
     return 0;
 }
 
+/* fut.set_result(None) if fut (not None) is not done; `owner`'s _waiter
+   (unless NULL) unset first. */
+static int
+wake_future(PyObject *fut, PyObject *owner)
+{
+    if (fut == Py_None)
+        return 0;
+    int done = aior_future_done(fut);
+    if (done != 0)
+        return done < 0 ? -1 : 0;
+    if (owner != NULL && PyObject_SetAttr(owner, str_waiter, Py_None) < 0)
+        return -1;
+    PyObject *r = aior_call_method1(fut, str_set_result, Py_None);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
 /* Wake the reader's waiter, if one waits and is not done, as asyncio's
    StreamReader does: it is the reader's waiter no more (a completion that
    follows before its task runs, EOF say, finds none to wake again). */
@@ -77,20 +96,7 @@ wake(AiorRecv *rx)
     PyObject *waiter = PyObject_GetAttr(rx->reader, str_waiter);
     if (waiter == NULL)
         return -1;
-    int ret = 0;
-    if (waiter != Py_None) {
-        int done = aior_future_done(waiter);
-        if (done == 0 && PyObject_SetAttr(rx->reader, str_waiter, Py_None) < 0)
-            done = -1;
-        if (done == 0) {
-            PyObject *r = aior_call_method1(waiter, str_set_result, Py_None);
-            if (r == NULL)
-                ret = -1;
-            Py_XDECREF(r);
-        } else if (done < 0) {
-            ret = -1;
-        }
-    }
+    int ret = wake_future(waiter, rx->reader);
     Py_DECREF(waiter);
     return ret;
 }
@@ -311,20 +317,9 @@ end_into(AiorRecv *rx, int res)
     Py_CLEAR(rx->into_buf);
     PyObject *waiter = rx->into_waiter;
     rx->into_waiter = NULL;
-    if (waiter == NULL || waiter == Py_None) {
-        Py_XDECREF(waiter);
+    if (waiter == NULL)
         return 0;
-    }
-    int ret = 0;
-    int done = aior_future_done(waiter);
-    if (done == 0) {
-        PyObject *r = aior_call_method1(waiter, str_set_result, Py_None);
-        if (r == NULL)
-            ret = -1;
-        Py_XDECREF(r);
-    } else if (done < 0) {
-        ret = -1;
-    }
+    int ret = wake_future(waiter, NULL);
     Py_DECREF(waiter);
     return ret;
 }
