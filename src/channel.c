@@ -570,11 +570,26 @@ call_int(PyObject *obj, PyObject *name, long value)
     return ret;
 }
 
-/* A copy of a small buffer that is not bytes, as bytes (a new reference):
-   the caller may change its buffer once write() returns.  NULL without an
-   exception when policy copies it (large, not contiguous, not a buffer). */
+/* One send of `size` bytes at `buf` that does not wait: the bytes the
+   kernel took, or -1 with errno set. */
+static ssize_t
+send_direct(AiorSender *tx, const char *buf, Py_ssize_t size)
+{
+    if (tx->is_socket)
+        return send(tx->fd, buf, (size_t)size, MSG_DONTWAIT | MSG_NOSIGNAL);
+    struct iovec iov = {(void *)buf, (size_t)size};
+    return pwritev2(tx->fd, &iov, 1, -1, tx->rwf_nowait);
+}
+
+/* What write() queues of a small buffer that is not bytes (a new
+   reference): a copy, as bytes, since the caller may change its buffer once
+   write() returns.  One of AIOR_JOIN_MAX or more that nothing waits before
+   is sent at once first (as asyncio's transports do), and only what the
+   kernel did not take is copied (b"" when it took it all).  NULL without
+   an exception when policy copies it (large, not contiguous, not a
+   buffer). */
 static PyObject *
-frozen(PyObject *data)
+frozen(AiorSender *tx, PyObject *data)
 {
     Py_buffer view;
 
@@ -585,8 +600,17 @@ frozen(PyObject *data)
         return NULL;
     }
     PyObject *copy = NULL;
-    if (view.len < AIOR_POOL_MIN)
-        copy = PyBytes_FromStringAndSize(view.buf, view.len);
+    if (view.len < AIOR_POOL_MIN) {
+        Py_ssize_t from = 0;
+        if (view.len >= AIOR_JOIN_MAX && tx->direct && tx->pending_size == 0 && is_none(tx->sending)) {
+            ssize_t n = send_direct(tx, view.buf, view.len);
+            if (n > 0) { /* (else the flush's send meets the error, or waits for room) */
+                from = n;
+                tx->sent_total += n;
+            }
+        }
+        copy = PyBytes_FromStringAndSize((char *)view.buf + from, view.len - from);
+    }
     PyBuffer_Release(&view);
     if (copy == NULL)
         PyErr_Clear(); /* (a MemoryError: policy's copy raises it again) */
@@ -601,7 +625,7 @@ sender_write(AiorSender *tx, PyObject *data)
     if (tx->eof_wanted || !is_none(tx->write_exc) || tx->closing || is_none(tx->pending))
         return aior_call_method1((PyObject *)tx, str_write, data);
     if (!PyBytes_CheckExact(data)) {
-        if ((copy = frozen(data)) == NULL)
+        if ((copy = frozen(tx, data)) == NULL)
             return aior_call_method1((PyObject *)tx, str_write, data);
         data = copy;
     }
@@ -802,12 +826,7 @@ sender_send_now(AiorSender *tx, PyObject *unused)
     int ok = join_pending(tx, joined);
     if (ok <= 0)
         return ok < 0 ? NULL : call_method0(self, str_send);
-    if (tx->is_socket) {
-        n = send(tx->fd, joined, (size_t)size, MSG_DONTWAIT | MSG_NOSIGNAL);
-    } else {
-        struct iovec iov = {joined, (size_t)size};
-        n = pwritev2(tx->fd, &iov, 1, -1, tx->rwf_nowait);
-    }
+    n = send_direct(tx, joined, size);
     err = n < 0 ? errno : 0;
     if (n == size)
         return sent_all(tx, n, 0);

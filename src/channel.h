@@ -194,7 +194,10 @@ extern PyTypeObject AiorSender_Type;
  *
  * [write(data) -> None]  asyncio's transport.write: bytes of a writer that
  *  may write are queued (empty ones: nothing), and so is a copy, as bytes,
- *  of another C-contiguous buffer below AIOR_POOL_MIN; the first write of
+ *  of another C-contiguous buffer below AIOR_POOL_MIN (one of AIOR_JOIN_MAX
+ *  or more, when nothing is pending or in flight, is first sent at once
+ *  without waiting, and only what the kernel did not take is copied and
+ *  queued); the first write of
  *  the iteration defers _send_soon to the flush (unless a send is in
  *  flight, whose completion sends the rest).  Anything else (not a buffer,
  *  a larger or non-contiguous one, the first write, after write_eof() or

@@ -742,19 +742,24 @@ async def test_writes_of_every_kind_leave_in_order_whole(impl, socks):
 
 
 async def test_small_writes_of_any_buffer_arrive_as_they_were_at_write(socks):
-    """Small writes of a bytearray, a view of one, a typed array, a
-    two-dimensional and a non-contiguous view, each changed right after
-    write() returned: the peer receives the bytes they held at write()
+    """Writes below the size the writer copies into memory it reuses, of a
+    bytearray, a view of one, a typed array, a two-dimensional and a
+    non-contiguous view, each changed right after write() returned, over a
+    socket with a small send buffer (so that some leave at once only in
+    part): the peer receives the bytes they held at write()
     (bytes(memoryview(data)) then), in order."""
     a, b = _tcp_pair(socks)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
     _reader, writer = await aioring.open_connection(sock=a)
     got = bytearray()
     receiving = asyncio.ensure_future(_receive_all(b, got))
     expected = bytearray()
+    rng = random.Random(3)
     for i in range(30):
-        chunk = bytearray(os.urandom(4000))
+        size = rng.choice([4000, 40_000, 200_000])
+        chunk = bytearray(os.urandom(size))
         buffers = [chunk, memoryview(chunk)[10:3000], array.array("i", chunk[:400]),
-                   memoryview(chunk).cast("B", (2, 2000)), memoryview(chunk)[::3]]
+                   memoryview(chunk).cast("B", (2, size // 2)), memoryview(chunk)[::3]]
         data = buffers[i % len(buffers)]
         writer.write(data)
         expected += bytes(memoryview(data))
