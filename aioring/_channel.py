@@ -41,8 +41,9 @@ from ._ops import MAX_RW
 from ._ringbase import _DONE as _OP_DONE
 from ._ringbase import _WAITING as _OP_WAITING
 from ._loops import get_ring
+from ._redelivery import deliver_owed, owed, redeliver_later
 from ._ringbase import Op, RingBase, os_error, ready
-from ._core import JOIN_MAX, RECV_CHUNK
+from ._core import JOIN_MAX, POOL_MIN, RECV_CHUNK
 from ._core import Receiver as _ReceiveTarget
 from ._core import Sender as _SendTarget
 
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 _HIGH_WATER = 64 * 1024  # asyncio's transports' defaults
 _CHUNK = RECV_CHUNK  # what asyncio's socket transport receives at a time
 # Mutable buffers this large are copied into memory the channel reuses.
-_POOL_MIN = 256 * 1024
+_POOL_MIN = POOL_MIN
 # Pending writes up to this much in all are joined into one send.
 _JOIN_MAX = JOIN_MAX
 _IOV_MAX = 1024
@@ -67,6 +68,7 @@ _READ = OP_READ
 _SEND = OP_SEND
 _WRITE = OP_WRITE
 _SEND_FLAGS = MSG_NOSIGNAL | MSG_WAITALL
+_WAITALL = MSG_WAITALL
 _DIRECT_SEND_FLAGS = socket.MSG_NOSIGNAL | socket.MSG_DONTWAIT
 _DONTWAIT = socket.MSG_DONTWAIT
 _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 8)
@@ -190,7 +192,8 @@ class _Channel:
     def _settle(self) -> None:
         """Closing: close the fd once the kernel holds no operation on it and the writes went out."""
         rx, tx = self._rx, self._tx
-        if not (rx._armed or rx._read_op is not None or tx._sending is not None or tx._pending):
+        if not (rx._armed or rx._read_op is not None or rx._into_out or tx._sending is not None
+                or tx._pending):
             self._finish_close()
 
     def _fail(self, exc: OSError) -> None:
@@ -502,6 +505,82 @@ class _Receiver(_Side, _ReceiveTarget):
             self._channel._settle()
 
     # ----------------------------------------------- into the caller's buffer
+    async def receive_into(self, buffer: Any, start: int, exact: bool) -> int:
+        """Receive into `buffer` (writable, C-contiguous bytes) from `start`
+        on: once, or when `exact` until it is full.  Returns how many bytes
+        its front holds (`start` and those received): `start` only at EOF
+        or once closing; less than full when exact only when the receive
+        stopped short (its task was cancelled after bytes arrived, which it
+        then owes, or pause_reading()): the caller asks again.
+
+        The core's Receiver takes it (src/channel.h): the buffer is pinned
+        until the kernel let go of it, also when this coroutine is cancelled
+        (which waits for that, as Ring.settle) or closed.  Elsewhere (the
+        threads backend, paused, the SQ full) it is one receive at a time."""
+        if owed:
+            deliver_owed()
+        if self._into_op is None and self._core is not None:
+            self._into_op = self._new_into_op()
+        waiter = self._loop.create_future()
+        if not self._receive_into(buffer, start, exact, waiter):
+            return start + await self.receive(buffer, start, len(buffer) - start, _WAITALL if exact else 0)
+        try:
+            await waiter
+        except asyncio.CancelledError as exc:
+            if self._into_out:
+                self._cancel_into()
+            while self._into_out:  # (the kernel holds the buffer: wait, as Ring.settle)
+                waiter = self._into_waiter = self._loop.create_future()
+                try:
+                    await asyncio.shield(waiter)
+                except asyncio.CancelledError:
+                    continue
+            got = self._into_got
+            if self._closing:
+                self._channel._settle()
+            if got == start or (self._into_res < 0 and self._into_res != -_ECANCELED):
+                raise
+            redeliver_later(exc)  # bytes came: they are returned, the cancellation is owed
+            return got
+        except GeneratorExit:
+            if self._into_out:
+                # Closed with the receive out: the receiver holds the buffer
+                # until the kernel let go of it, and the channel counts it.
+                self._cancel_into()
+                if self._into_out:
+                    waiter.add_done_callback(self._abandoned_receive_done)
+                    raise
+            self._receive_done()
+            raise
+        got = self._into_got
+        res = self._into_res
+        if res < 0:
+            if not (res == -_ECANCELED and self._closing):
+                err = os_error(res)
+                self._channel._fail(err)
+                raise err
+        if self._closing:
+            self._channel._settle()
+        return got
+
+    def _cancel_into(self) -> None:
+        op = self._into_op
+        assert op is not None
+        self._ring.cancel(op)
+
+    def _new_into_op(self) -> Op:
+        """The op of every receive into the caller's buffer (_receive_into);
+        its args name the opcode, fd and offset, the core the rest."""
+        if self._is_socket:
+            args = (_RECV, self._fd, 0, 0, 0, 0)
+            self._waitall = _WAITALL
+        else:
+            args = (_READ, self._fd, 0, 0, -1, 0)
+        op = Op(None, None, args, None, None, _POLLIN)
+        op.unbounded = True
+        op.sink = self._into_done
+        return op
+
     async def receive(self, buffer: Any, start: int, n: int, flags: int = 0) -> int:
         """One receive of at most n bytes into `buffer` (writable) from
         `start` on; 0 at EOF or once closing.
@@ -574,7 +653,8 @@ class _Receiver(_Side, _ReceiveTarget):
         asyncio's transport, which read it as it came (up to where that
         transport pauses reading)."""
         reader = self._reader
-        if (reader is None or self._paused or self._armed or self._read_op is not None or reader._eof
+        if (reader is None or self._paused or self._armed or self._read_op is not None or self._into_out
+                or reader._eof
                 or reader._exception is not None or self._pull_skip >= _RING_ONLY):
             return
         view = self._scratch
@@ -603,6 +683,8 @@ class _Receiver(_Side, _ReceiveTarget):
                 reader.feed_eof()
         if self._read_op is not None:
             self._ring.cancel(self._read_op)
+        if self._into_out:
+            self._cancel_into()
         if self._armed:
             assert self._op is not None
             self._ring.cancel(self._op)
@@ -632,6 +714,7 @@ class _SendQueue(_Side, _SendTarget):
         # (stream offset of their end, memory).
         self._defer = self._ring.defer
         self._send_soon = self._send_now
+        self._rwf_nowait = _RWF_NOWAIT
         self._op: Op | None = None  # the op of every ring send, started again each time
         self._keep: Any = None  # what the send in flight points to, besides op.args
         self._high = _HIGH_WATER
@@ -887,7 +970,7 @@ class _SendQueue(_Side, _SendTarget):
             if channel._closed:
                 raise ConnectionResetError("Connection lost")
         if self._sending is None and self._pending:
-            self.send()
+            self._send_now()  # (the core's: the hot path, else send())
         if self._pending_size <= self._high:
             return
         fut = self._loop.create_future()

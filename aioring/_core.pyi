@@ -57,6 +57,7 @@ class Core:
 # The channel's receive target (src/channel.c; see src/channel.h).
 RECV_CHUNK: int
 JOIN_MAX: int
+POOL_MIN: int
 
 class Receiver:
     _reader: Any
@@ -67,9 +68,20 @@ class Receiver:
     _armed: bool
     _closing: bool
     _paused: bool
+    _into_op: Op | None
+    _into_waiter: Any
+    _waitall: int
+    @property
+    def _into_out(self) -> bool: ...
+    @property
+    def _into_got(self) -> int: ...
+    @property
+    def _into_res(self) -> int: ...
     has_chunk: bool
     def __call__(self, res: int, /) -> None: ...
     def _deliver(self, res: int, /) -> None: ...
+    def _receive_into(self, buffer: Any, start: int, exact: bool, waiter: Any, /) -> bool: ...
+    def _into_done(self, res: int, /) -> None: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...  # (3.12+; the chunk)
 
 class Sender:
@@ -83,6 +95,7 @@ class Sender:
     _send_soon: Callable[[], None] | None
     _sent_total: int
     _fd: int
+    _rwf_nowait: int
     _eof_wanted: bool
     _closing: bool
     _soon: bool

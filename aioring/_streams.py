@@ -213,7 +213,7 @@ class StreamReader(asyncio.StreamReader):
             return 0
         self._begin("readinto")
         try:
-            got = await rx.receive(view, 0, n)  # (the ring pins it until the CQE)
+            got = await rx.receive_into(view, 0, False)  # (pinned until the kernel let go)
         except OSError as exc:
             self._waiter = None
             self.set_exception(exc)
@@ -329,11 +329,11 @@ class StreamReader(asyncio.StreamReader):
                     if self._eof:
                         break
                     continue
-                # (The ring pins the view until the CQE.)
-                got = await rx.receive(view, done, n - done, _WAITALL)
-                if not got:
-                    break
-                done += got
+                # (Pinned until the kernel let go; the rest received in C.)
+                got = await rx.receive_into(view, done, True)
+                if got == done:
+                    break  # EOF
+                done = got
         except BaseException as exc:
             self._waiter = None
             if done:

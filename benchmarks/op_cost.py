@@ -9,6 +9,11 @@ counts are not.  Each workload runs in one process on one event loop:
               round trip: a frame written, read, echoed and read back)
 * tls_echo    the same over TLS (ssl= on both ends; a certificate made by
               trustme)
+* echo64k     the same with 64 KiB frames: the payloads are received
+              straight into the caller's buffer (readinto_exactly's large path)
+* echo_into   echo_rps's aioring-readinto server: 512-byte requests read
+              with ``readinto`` into a 64 KiB buffer and echoed, against a
+              client writing each and reading it back with readinto_exactly
 * small_files ``async with aioring.open(p, "rb") as f: await f.read()`` of a
               1 KiB file (one op = open, read, close)
 * pread4k     ``aioring.read(fd, 4096, offset)`` from a file in the page cache
@@ -40,16 +45,16 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".data"
-WORKLOADS = ("echo", "tls_echo", "small_files", "pread4k")
+WORKLOADS = ("echo", "tls_echo", "echo64k", "echo_into", "small_files", "pread4k")
 FRAME = 1024
 HDR = struct.Struct(">Q")
 
 
-async def echo(ops: int, tls: tuple[Any, Any] = (None, None)) -> None:
+async def echo(ops: int, tls: tuple[Any, Any] = (None, None), frame: int = FRAME) -> None:
     import aioring
 
     async def handle(reader: aioring.StreamReader, writer: aioring.StreamWriter) -> None:
-        buf = bytearray(8 + FRAME)
+        buf = bytearray(8 + frame)
         view = memoryview(buf)
         try:
             while True:
@@ -69,8 +74,8 @@ async def echo(ops: int, tls: tuple[Any, Any] = (None, None)) -> None:
     port = server.sockets[0].getsockname()[1]
     reader, writer = await aioring.open_connection("127.0.0.1", port, ssl=client_ssl,
                                                    server_hostname="127.0.0.1" if client_ssl else None)
-    hdr, payload = HDR.pack(FRAME), os.urandom(FRAME)
-    rhdr, rbuf = bytearray(8), bytearray(FRAME)
+    hdr, payload = HDR.pack(frame), os.urandom(frame)
+    rhdr, rbuf = bytearray(8), bytearray(frame)
     for _ in range(ops):
         writer.write(hdr)
         writer.write(payload)
@@ -78,6 +83,39 @@ async def echo(ops: int, tls: tuple[Any, Any] = (None, None)) -> None:
         await reader.readinto_exactly(rhdr)
         await reader.readinto_exactly(rbuf)
     if rbuf != payload:
+        raise AssertionError("echo mismatch")
+    writer.close()
+    await writer.wait_closed()
+    server.close()
+    await server.wait_closed()
+
+
+async def echo64k(ops: int) -> None:
+    await echo(ops, frame=64 * 1024)
+
+
+async def echo_into(ops: int) -> None:
+    import aioring
+
+    async def handle(reader: aioring.StreamReader, writer: aioring.StreamWriter) -> None:
+        buf = bytearray(64 * 1024)
+        view = memoryview(buf)
+        try:
+            while n := await reader.readinto(buf):
+                writer.write(view[:n])
+                await writer.drain()
+        finally:
+            writer.close()
+
+    server = await aioring.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await aioring.open_connection("127.0.0.1", port)
+    request, rbuf = os.urandom(512), bytearray(512)
+    for _ in range(ops):
+        writer.write(request)
+        await writer.drain()
+        await reader.readinto_exactly(rbuf)
+    if rbuf != request:
         raise AssertionError("echo mismatch")
     writer.close()
     await writer.wait_closed()
@@ -133,8 +171,9 @@ async def tls_echo(ops: int) -> None:
     await echo(ops, (server_ssl, client_ssl))
 
 
-RUNS: dict[str, Callable[[int], Awaitable[None]]] = {"echo": echo, "tls_echo": tls_echo,
-                                                        "small_files": small_files, "pread4k": pread4k}
+RUNS: dict[str, Callable[[int], Awaitable[None]]] = {"echo": echo, "tls_echo": tls_echo, "echo64k": echo64k,
+                                                        "echo_into": echo_into, "small_files": small_files,
+                                                        "pread4k": pread4k}
 
 
 def run_once(workload: str, ops: int, loop: str) -> float:

@@ -18,6 +18,12 @@
 static PyObject *str_buffer, *str_waiter, *str_received, *str_set_result;
 
 static int
+is_none_obj(PyObject *obj)
+{
+    return obj == NULL || obj == Py_None;
+}
+
+static int
 no_reader(AiorRecv *rx)
 {
     return rx->reader == NULL || rx->reader == Py_None;
@@ -62,6 +68,25 @@ append(AiorRecv *rx, PyObject *buf, Py_ssize_t n)
     return 0;
 }
 
+/* fut.set_result(None) if fut (not None) is not done; `owner`'s _waiter
+   (unless NULL) unset first. */
+static int
+wake_future(PyObject *fut, PyObject *owner)
+{
+    if (fut == Py_None)
+        return 0;
+    int done = aior_future_done(fut);
+    if (done != 0)
+        return done < 0 ? -1 : 0;
+    if (owner != NULL && PyObject_SetAttr(owner, str_waiter, Py_None) < 0)
+        return -1;
+    PyObject *r = aior_call_method1(fut, str_set_result, Py_None);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
 /* Wake the reader's waiter, if one waits and is not done, as asyncio's
    StreamReader does: it is the reader's waiter no more (a completion that
    follows before its task runs, EOF say, finds none to wake again). */
@@ -71,20 +96,7 @@ wake(AiorRecv *rx)
     PyObject *waiter = PyObject_GetAttr(rx->reader, str_waiter);
     if (waiter == NULL)
         return -1;
-    int ret = 0;
-    if (waiter != Py_None) {
-        int done = aior_future_done(waiter);
-        if (done == 0 && PyObject_SetAttr(rx->reader, str_waiter, Py_None) < 0)
-            done = -1;
-        if (done == 0) {
-            PyObject *r = aior_call_method1(waiter, str_set_result, Py_None);
-            if (r == NULL)
-                ret = -1;
-            Py_XDECREF(r);
-        } else if (done < 0) {
-            ret = -1;
-        }
-    }
+    int ret = wake_future(waiter, rx->reader);
     Py_DECREF(waiter);
     return ret;
 }
@@ -180,6 +192,7 @@ recv_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     rx->reader = Py_NewRef(Py_None);
     rx->core = Py_NewRef(Py_None);
     rx->flush = Py_NewRef(Py_None);
+    rx->into_op = Py_NewRef(Py_None);
     return (PyObject *)rx;
 }
 
@@ -189,6 +202,9 @@ recv_traverse(AiorRecv *rx, visitproc visit, void *arg)
     Py_VISIT(rx->reader);
     Py_VISIT(rx->core);
     Py_VISIT(rx->flush);
+    Py_VISIT(rx->into_op);
+    Py_VISIT(rx->into_buf);
+    Py_VISIT(rx->into_waiter);
     return 0;
 }
 
@@ -198,6 +214,9 @@ recv_clear(AiorRecv *rx)
     Py_CLEAR(rx->reader);
     Py_CLEAR(rx->core);
     Py_CLEAR(rx->flush);
+    Py_CLEAR(rx->into_op);
+    Py_CLEAR(rx->into_buf);
+    Py_CLEAR(rx->into_waiter);
     return 0;
 }
 
@@ -247,6 +266,161 @@ recv_deliver(AiorRecv *rx, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------- into the caller's own buffer */
+
+/* The kernel moves at most this much in one read or write (MAX_RW_COUNT). */
+#define AIOR_MAX_RW 0x7FFFF000L
+
+static AiorCore *
+into_core(AiorRecv *rx)
+{
+    if (is_none_obj(rx->core) || is_none_obj(rx->into_op))
+        return NULL;
+    AiorCore *core = (AiorCore *)rx->core;
+    return core->ring != NULL ? core : NULL;
+}
+
+/* Prepare the receive into the rest of the caller's buffer, pinned by op:
+   its args made from the template's opcode, fd and offset.  As aior_start:
+   1, 0 (the SQ stays full) or -1. */
+static int
+start_into(AiorRecv *rx, AiorCore *core, AiorOp *op)
+{
+    PyObject *tmpl = op->args;
+    unsigned long long key;
+
+    if (!PyTuple_CheckExact(tmpl) || PyTuple_GET_SIZE(tmpl) < 6) {
+        PyErr_SetString(PyExc_TypeError, "_into_op.args is (opcode, fd, start, length, offset, rw_flags)");
+        return -1;
+    }
+    Py_ssize_t length = rx->into_end - rx->into_got;
+    if (length > AIOR_MAX_RW)
+        length = AIOR_MAX_RW;
+    PyObject *args = Py_BuildValue("(OOnnOi)", PyTuple_GET_ITEM(tmpl, 0), PyTuple_GET_ITEM(tmpl, 1),
+                                   rx->into_got, length, PyTuple_GET_ITEM(tmpl, 4),
+                                   rx->into_exact ? rx->waitall : 0);
+    if (args == NULL)
+        return -1;
+    op->args = args;
+    op->cancelled = 0;
+    int ret = aior_start(core, op, 0, &key);
+    Py_DECREF(tmpl);
+    return ret;
+}
+
+/* The receive into the caller's buffer ended: let go of it, wake the waiter. */
+static int
+end_into(AiorRecv *rx, int res)
+{
+    rx->into_out = 0;
+    rx->into_res = res;
+    Py_CLEAR(rx->into_buf);
+    PyObject *waiter = rx->into_waiter;
+    rx->into_waiter = NULL;
+    if (waiter == NULL)
+        return 0;
+    int ret = wake_future(waiter, NULL);
+    Py_DECREF(waiter);
+    return ret;
+}
+
+static PyObject *
+recv_receive_into(AiorRecv *rx, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "_receive_into(buffer, start, exact, waiter)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    int exact = PyObject_IsTrue(args[2]);
+    if (exact < 0)
+        return NULL;
+    AiorCore *core = into_core(rx);
+    if (core == NULL || rx->into_out || rx->armed || rx->closing || rx->paused)
+        Py_RETURN_FALSE;
+    AiorOp *op = (AiorOp *)rx->into_op;
+    if (op->state == AIOR_SUBMITTED || op->pinned)
+        Py_RETURN_FALSE;
+    if (PyObject_GetBuffer(args[0], &op->view, PyBUF_WRITABLE) < 0)
+        return NULL;
+    op->pinned = 1;
+    if (start < 0 || start >= op->view.len) {
+        aior_unpin(op);
+        PyErr_SetString(PyExc_ValueError, "_receive_into() starts outside the buffer");
+        return NULL;
+    }
+    rx->into_got = start;
+    rx->into_end = op->view.len;
+    rx->into_exact = (char)exact;
+    rx->into_res = 0;
+    int ret = start_into(rx, core, op);
+    if (ret <= 0) {
+        aior_unpin(op);
+        if (ret < 0)
+            return NULL;
+        Py_RETURN_FALSE;
+    }
+    rx->into_out = 1;
+    Py_XSETREF(rx->into_buf, Py_NewRef(args[0]));
+    Py_XSETREF(rx->into_waiter, Py_NewRef(args[3]));
+    if (schedule_flush(rx) < 0)
+        return NULL; /* (its SQE waits in the SQ for the next flush) */
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+recv_into_done(AiorRecv *rx, PyObject *arg)
+{
+    long res = PyLong_AsLong(arg);
+    if (res == -1 && PyErr_Occurred())
+        return NULL;
+    if (!rx->into_out)
+        Py_RETURN_NONE; /* (nothing out: a late call of a closed ring's drop) */
+    AiorOp *op = (AiorOp *)rx->into_op;
+    if (res > 0)
+        rx->into_got += res;
+    AiorCore *core = into_core(rx);
+    if (res > 0 && rx->into_exact && rx->into_got < rx->into_end && core != NULL && !op->cancelled &&
+        !rx->closing && !rx->paused && rx->into_buf != NULL && op->state != AIOR_SUBMITTED &&
+        !op->pinned) {
+        /* Short: the rest of the buffer, received at once. */
+        if (PyObject_GetBuffer(rx->into_buf, &op->view, PyBUF_WRITABLE) < 0)
+            goto failed;
+        op->pinned = 1;
+        if (op->view.len != rx->into_end) {
+            aior_unpin(op);
+            PyErr_SetString(PyExc_BufferError, "the buffer of a receive changed size");
+            goto failed;
+        }
+        int ret = start_into(rx, core, op);
+        if (ret < 0) {
+            aior_unpin(op);
+            goto failed;
+        }
+        if (ret > 0) {
+            if (schedule_flush(rx) < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+        aior_unpin(op); /* (the SQ stays full: policy starts the rest) */
+    }
+    if (end_into(rx, (int)res) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+
+failed: {
+        /* The receive ends with what it got; the exception goes on. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        end_into(rx, (int)res);
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+}
+
 static int
 recv_getbuffer(AiorRecv *rx, Py_buffer *view, int flags)
 {
@@ -274,6 +448,10 @@ recv_get_has_chunk(AiorRecv *rx, void *unused)
 static PyMethodDef recv_methods[] = {
     {"_deliver", (PyCFunction)recv_deliver, METH_O,
      "_deliver(res): append the chunk's first res bytes to the reader's buffer, wake its waiter."},
+    {"_receive_into", (PyCFunction)(void (*)(void))recv_receive_into, METH_FASTCALL,
+     "_receive_into(buffer, start, exact, waiter) -> bool: receive into the caller's buffer (see channel.h)."},
+    {"_into_done", (PyCFunction)recv_into_done, METH_O,
+     "_into_done(res): the sink of the receive into the caller's buffer (see channel.h)."},
     {NULL},
 };
 
@@ -286,11 +464,39 @@ static PyMemberDef recv_members[] = {
     {"_armed", T_BOOL, offsetof(AiorRecv, armed), 0, NULL},
     {"_closing", T_BOOL, offsetof(AiorRecv, closing), 0, NULL},
     {"_paused", T_BOOL, offsetof(AiorRecv, paused), 0, NULL},
+    {"_waitall", T_INT, offsetof(AiorRecv, waitall), 0, NULL},
+    {"_into_out", T_BOOL, offsetof(AiorRecv, into_out), READONLY, NULL},
+    {"_into_waiter", T_OBJECT, offsetof(AiorRecv, into_waiter), 0, NULL},
+    {"_into_got", T_PYSSIZET, offsetof(AiorRecv, into_got), READONLY, NULL},
+    {"_into_res", T_INT, offsetof(AiorRecv, into_res), READONLY, NULL},
     {NULL},
 };
 
+static PyObject *
+recv_get_into_op(AiorRecv *rx, void *unused)
+{
+    return Py_NewRef(rx->into_op);
+}
+
+static int
+recv_set_into_op(AiorRecv *rx, PyObject *value, void *unused)
+{
+    if (value == NULL || (value != Py_None && !PyObject_TypeCheck(value, &AiorOp_Type))) {
+        PyErr_SetString(PyExc_TypeError, "_into_op is an Op or None");
+        return -1;
+    }
+    if (rx->into_out) {
+        PyErr_SetString(PyExc_RuntimeError, "a receive into the caller's buffer is out");
+        return -1;
+    }
+    Py_SETREF(rx->into_op, Py_NewRef(value));
+    return 0;
+}
+
 static PyGetSetDef recv_getset[] = {
     {"has_chunk", (getter)recv_get_has_chunk, NULL, "Whether the chunk exists.", NULL},
+    {"_into_op", (getter)recv_get_into_op, (setter)recv_set_into_op,
+     "The Op of the receives into the caller's buffer, or None.", NULL},
     {NULL},
 };
 
@@ -364,16 +570,73 @@ call_int(PyObject *obj, PyObject *name, long value)
     return ret;
 }
 
+/* One send of `size` bytes at `buf` that does not wait: the bytes the
+   kernel took, or -1 with errno set. */
+static ssize_t
+send_direct(AiorSender *tx, const char *buf, Py_ssize_t size)
+{
+    if (tx->is_socket)
+        return send(tx->fd, buf, (size_t)size, MSG_DONTWAIT | MSG_NOSIGNAL);
+    struct iovec iov = {(void *)buf, (size_t)size};
+    return pwritev2(tx->fd, &iov, 1, -1, tx->rwf_nowait);
+}
+
+/* What write() queues of a small buffer that is not bytes (a new
+   reference): a copy, as bytes, since the caller may change its buffer once
+   write() returns.  One of AIOR_JOIN_MAX or more that nothing waits before
+   is sent at once first (as asyncio's transports do), and only what the
+   kernel did not take is copied (b"" when it took it all).  NULL without
+   an exception when policy copies it (large, not contiguous, not a
+   buffer). */
+static PyObject *
+frozen(AiorSender *tx, PyObject *data)
+{
+    Py_buffer view;
+
+    if (!PyObject_CheckBuffer(data))
+        return NULL;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear(); /* (policy raises the stdlib's error, or copies it as its bytes) */
+        return NULL;
+    }
+    PyObject *copy = NULL;
+    if (view.len < AIOR_POOL_MIN) {
+        Py_ssize_t from = 0;
+        if (view.len >= AIOR_JOIN_MAX && tx->direct && tx->pending_size == 0 && is_none(tx->sending)) {
+            ssize_t n = send_direct(tx, view.buf, view.len);
+            if (n > 0) { /* (else the flush's send meets the error, or waits for room) */
+                from = n;
+                tx->sent_total += n;
+            }
+        }
+        copy = PyBytes_FromStringAndSize((char *)view.buf + from, view.len - from);
+    }
+    PyBuffer_Release(&view);
+    if (copy == NULL)
+        PyErr_Clear(); /* (a MemoryError: policy's copy raises it again) */
+    return copy;
+}
+
 static PyObject *
 sender_write(AiorSender *tx, PyObject *data)
 {
-    if (!PyBytes_CheckExact(data) || tx->eof_wanted || !is_none(tx->write_exc) || tx->closing ||
-        is_none(tx->pending))
+    PyObject *copy = NULL;
+
+    if (tx->eof_wanted || !is_none(tx->write_exc) || tx->closing || is_none(tx->pending))
         return aior_call_method1((PyObject *)tx, str_write, data);
+    if (!PyBytes_CheckExact(data)) {
+        if ((copy = frozen(tx, data)) == NULL)
+            return aior_call_method1((PyObject *)tx, str_write, data);
+        data = copy;
+    }
     Py_ssize_t n = PyBytes_GET_SIZE(data);
-    if (n == 0)
+    if (n == 0) {
+        Py_XDECREF(copy);
         Py_RETURN_NONE;
-    if (call1(tx->pending, str_append, data) < 0)
+    }
+    int appended = call1(tx->pending, str_append, data);
+    Py_XDECREF(copy);
+    if (appended < 0)
         return NULL;
     tx->pending_size += n;
     if (is_none(tx->sending) && !tx->soon) {
@@ -460,11 +723,82 @@ after_direct(AiorSender *tx, ssize_t n, int err)
     return call_method0(self, str_send); /* (policy tells these apart) */
 }
 
+/* Send the pending buffers (count of them, at most AIOR_SEND_IOV) with one
+   vectored send that does not wait: 1 with *n and *err set, 0 if they do
+   not add up to pending_size (policy's turn), -1 with an exception set. */
+static int
+send_vector(AiorSender *tx, Py_ssize_t count, ssize_t *n, int *err)
+{
+    Py_buffer views[AIOR_SEND_IOV];
+    struct iovec iov[AIOR_SEND_IOV];
+    Py_ssize_t held = 0, total = 0;
+    int ret = 1;
+
+    PyObject *it = PyObject_GetIter(tx->pending);
+    if (it == NULL)
+        return -1;
+    PyObject *item;
+    while (held < count && (item = PyIter_Next(it)) != NULL) {
+        int got = PyObject_GetBuffer(item, &views[held], PyBUF_SIMPLE);
+        Py_DECREF(item);
+        if (got < 0)
+            break;
+        iov[held].iov_base = views[held].buf;
+        iov[held].iov_len = (size_t)views[held].len;
+        total += views[held].len;
+        held++;
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) {
+        ret = -1;
+    } else if (held != count || total != tx->pending_size) {
+        ret = 0;
+    } else if (tx->is_socket) {
+        struct msghdr msg = {0};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = (size_t)held;
+        *n = sendmsg(tx->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+        *err = *n < 0 ? errno : 0;
+    } else {
+        *n = pwritev2(tx->fd, iov, (int)held, -1, tx->rwf_nowait);
+        *err = *n < 0 ? errno : 0;
+    }
+    for (Py_ssize_t i = 0; i < held; i++)
+        PyBuffer_Release(&views[i]);
+    return ret;
+}
+
+/* All of the pending data went: the queue emptied, as policy's _sent and
+   _after_send would (these are called only when they have more to do). */
+static PyObject *
+sent_all(AiorSender *tx, ssize_t n, int pooled)
+{
+    PyObject *self = (PyObject *)tx;
+
+    if (pooled) {
+        if (call_int(self, str_sent, (long)n) < 0 || call0(self, str_after_send) < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if (call0(tx->pending, str_clear) < 0)
+        return NULL;
+    tx->pending_size = 0;
+    tx->sent_total += n;
+    int waiting = is_none(tx->drain_waiters) ? 0 : PyObject_IsTrue(tx->drain_waiters);
+    if (waiting < 0)
+        return NULL;
+    if ((waiting || tx->eof_wanted) && call0(self, str_after_send) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 sender_send_now(AiorSender *tx, PyObject *unused)
 {
     PyObject *self = (PyObject *)tx;
     char joined[AIOR_JOIN_MAX];
+    ssize_t n = 0;
+    int err = 0;
 
     tx->soon = 0;
     if (!is_none(tx->sending) || is_none(tx->pending))
@@ -476,34 +810,26 @@ sender_send_now(AiorSender *tx, PyObject *unused)
     int pooled = is_none(tx->pooled) ? 0 : PyObject_IsTrue(tx->pooled);
     if (pooled < 0)
         return NULL;
-    if (size > AIOR_JOIN_MAX || size <= 0 || !tx->direct || !is_none(tx->write_exc) || tx->closing ||
-        pooled)
+    if (size <= 0 || !tx->direct || !is_none(tx->write_exc) || tx->closing)
         return call_method0(self, str_send);
+    if (size > AIOR_JOIN_MAX || pooled) {
+        /* Larger: the buffers as they are, in one vectored send. */
+        if (count > AIOR_SEND_IOV)
+            return call_method0(self, str_send);
+        int ok = send_vector(tx, count, &n, &err);
+        if (ok <= 0)
+            return ok < 0 ? NULL : call_method0(self, str_send);
+        return n == size ? sent_all(tx, n, pooled) : after_direct(tx, n, err);
+    }
     /* The common case, in short: the iteration's small writes, joined,
        that the kernel takes whole, there and then. */
     int ok = join_pending(tx, joined);
     if (ok <= 0)
         return ok < 0 ? NULL : call_method0(self, str_send);
-    ssize_t n;
-    if (tx->is_socket) {
-        n = send(tx->fd, joined, (size_t)size, MSG_DONTWAIT | MSG_NOSIGNAL);
-    } else {
-        struct iovec iov = {joined, (size_t)size};
-        n = pwritev2(tx->fd, &iov, 1, -1, RWF_NOWAIT);
-    }
-    int err = n < 0 ? errno : 0;
-    if (n == size) {
-        if (call0(tx->pending, str_clear) < 0)
-            return NULL;
-        tx->pending_size = 0;
-        tx->sent_total += n;
-        int waiting = is_none(tx->drain_waiters) ? 0 : PyObject_IsTrue(tx->drain_waiters);
-        if (waiting < 0)
-            return NULL;
-        if ((waiting || tx->eof_wanted) && call0(self, str_after_send) < 0)
-            return NULL;
-        Py_RETURN_NONE;
-    }
+    n = send_direct(tx, joined, size);
+    err = n < 0 ? errno : 0;
+    if (n == size)
+        return sent_all(tx, n, 0);
     if (count > 1 && pending_joined(tx, joined, size) < 0)
         return NULL;
     return after_direct(tx, n, err);
@@ -523,6 +849,7 @@ sender_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     tx->defer = Py_NewRef(Py_None);
     tx->send_soon = Py_NewRef(Py_None);
     tx->fd = -1;
+    tx->rwf_nowait = RWF_NOWAIT;
     tx->direct = 1;
     return (PyObject *)tx;
 }
@@ -577,6 +904,7 @@ static PyMemberDef sender_members[] = {
     {"_pending_size", T_PYSSIZET, offsetof(AiorSender, pending_size), 0, NULL},
     {"_sent_total", T_LONGLONG, offsetof(AiorSender, sent_total), 0, NULL},
     {"_fd", T_INT, offsetof(AiorSender, fd), 0, NULL},
+    {"_rwf_nowait", T_INT, offsetof(AiorSender, rwf_nowait), 0, NULL},
     {"_eof_wanted", T_BOOL, offsetof(AiorSender, eof_wanted), 0, NULL},
     {"_closing", T_BOOL, offsetof(AiorSender, closing), 0, NULL},
     {"_soon", T_BOOL, offsetof(AiorSender, soon), 0, NULL},
@@ -622,7 +950,8 @@ aior_channel_add_types(PyObject *module)
     if (PyModule_AddObjectRef(module, "Receiver", (PyObject *)&AiorRecv_Type) < 0 ||
         PyModule_AddObjectRef(module, "Sender", (PyObject *)&AiorSender_Type) < 0 ||
         PyModule_AddIntConstant(module, "RECV_CHUNK", AIOR_RECV_CHUNK) < 0 ||
-        PyModule_AddIntConstant(module, "JOIN_MAX", AIOR_JOIN_MAX) < 0)
+        PyModule_AddIntConstant(module, "JOIN_MAX", AIOR_JOIN_MAX) < 0 ||
+        PyModule_AddIntConstant(module, "POOL_MIN", AIOR_POOL_MIN) < 0)
         return -1;
     return 0;
 }

@@ -36,6 +36,30 @@
  *                    into its own buffer); 0: never.
  *       _buffer_max  re-arms only while the reader's buffer holds fewer
  *                    bytes than this (backpressure: the reader's limit).
+ *   - the receive into the caller's own buffer (readinto and
+ *     readinto_exactly of a large buffer), a second op whose sink is the
+ *     bound _into_done: started by _receive_into(), re-armed in C into the
+ *     rest of the buffer while an exact receive is short, its waiter woken
+ *     in C once it ends.  Its fields (policy reads them, C writes them):
+ *       _into_op     the Op of these receives (None: policy's path only).
+ *                    Its args, as policy made it, name the opcode, fd and
+ *                    offset; C sets the part of the buffer each time.
+ *       _waitall     the rw_flags of an exact receive (MSG_WAITALL for a
+ *                    socket's RECV, 0 for a pipe's READ).
+ *       _into_out    a receive into the caller's buffer is out (in the SQ,
+ *                    the kernel, or policy's queue for a poll and retry).
+ *       _into_got    the bytes at the front of the caller's buffer: those
+ *                    that were there when it started (copied from the
+ *                    reader's buffer) and those received since.
+ *       _into_waiter what is woken when it ends (policy replaces it with a
+ *                    fresh one when its caller was cancelled), or None.
+ *       _into_res    once it ended: the last result (> 0: it stopped with
+ *                    the buffer full, or after one receive when not exact,
+ *                    or short when the SQ stayed full; 0: EOF; < 0: -errno).
+ *     The caller's buffer is pinned by the op while the kernel has it and
+ *     referenced by the receiver (not exported) between two receives; both
+ *     end with the receive.  At most one of the two ops is out at a time
+ *     (policy's rule: a read waits for the other's bytes first).
  */
 #ifndef AIORING_CHANNEL_H
 #define AIORING_CHANNEL_H
@@ -57,6 +81,15 @@ typedef struct {
     char closing;          /* _closing */
     char paused;           /* _paused */
     char *chunk;           /* NULL until its buffer is first asked for */
+    PyObject *into_op;     /* _into_op: an AiorOp, or None */
+    PyObject *into_buf;    /* the caller's buffer while _into_out, else NULL */
+    PyObject *into_waiter; /* the waiter woken when it ends, else NULL */
+    Py_ssize_t into_got;   /* _into_got */
+    Py_ssize_t into_end;   /* the caller's buffer's length */
+    int into_res;          /* _into_res */
+    int waitall;           /* _waitall */
+    char into_out;         /* _into_out */
+    char into_exact;       /* receives until the buffer is full */
 } AiorRecv;
 
 extern PyTypeObject AiorRecv_Type;
@@ -74,10 +107,18 @@ extern PyTypeObject AiorRecv_Type;
  *       _eof_wanted, _closing, _soon (a send is deferred to the flush),
  *       _direct (sends are tried without waiting), _is_socket, _fd,
  *       _sent_total
+ *       _rwf_nowait    the pwritev2 flag of a pipe's send that does not
+ *                      wait (RWF_NOWAIT)
  *       _defer         the ring's defer(callback)
  *       _send_soon     what _defer is given: the bound _send_now
  */
 #define AIOR_JOIN_MAX (16 * 1024)
+/* Buffers other than bytes this large are copied by policy, into memory it
+   reuses; smaller ones by write() itself, as bytes. */
+#define AIOR_POOL_MIN (256 * 1024)
+/* The flush sends at most this many pending buffers in one vectored send
+   itself; more go to policy. */
+#define AIOR_SEND_IOV 64
 
 typedef struct {
     PyObject_HEAD
@@ -85,6 +126,7 @@ typedef struct {
     Py_ssize_t pending_size;
     long long sent_total;
     int fd;
+    int rwf_nowait;
     char eof_wanted, closing, soon, direct, is_socket;
 } AiorSender;
 
@@ -111,6 +153,28 @@ extern PyTypeObject AiorSender_Type;
  *
  * [has_chunk]  Whether the chunk exists.
  *
+ * [_receive_into(buffer, start, exact, waiter) -> bool]  Start a receive
+ *  into the writable `buffer` (C-contiguous) from `start` on: the buffer
+ *  pinned by _into_op, its SQE prepared (MSG_WAITALL, _waitall, when
+ *  exact), the op in the table, _into_out set, _into_got = start, _flush
+ *  called.  `waiter` (done() and set_result()) is woken when the receive
+ *  ends: after one CQE, or when exact once the buffer is full, at EOF, on
+ *  an error, a cancellation, closing or pause.  False (nothing changed)
+ *  when policy has to receive: no _core or its ring detached, no
+ *  _into_op, a receive out, closing, paused, or the SQ stays full.
+ *  Raises ValueError for a start outside the buffer, and what the buffer
+ *  protocol raises (see Op.pin), before anything is queued.
+ *
+ * [_into_done(res) -> None]  _into_op's sink: the result of one receive
+ *  into the caller's buffer (the core's dispatch after the op's pin was
+ *  released; policy's withdraw, cancel or close with -ECANCELED).  Adds a
+ *  positive res to _into_got; when exact, not full, neither closing,
+ *  paused nor cancelled (op.cancelled), receives into the rest at once (the
+ *  buffer pinned again, the op back in the table, _flush called).
+ *  Otherwise the receive ends: _into_res = res, _into_out cleared, the
+ *  buffer let go, the waiter woken if it is not done.  Raises what the
+ *  waiter's done() and set_result() raise (the receive has ended then).
+ *
  * aior_recv_complete(core, op, rx, res) -> 0 | -1 (C, called by the core's
  *  dispatch for an op whose sink is rx, after the op's pin was released
  *  and its state set DONE).  Clears _armed.  On res > 0 when neither
@@ -129,27 +193,35 @@ extern PyTypeObject AiorSender_Type;
  *  _direct True).  Subclassed by policy (with __slots__ of its own).
  *
  * [write(data) -> None]  asyncio's transport.write: bytes of a writer that
- *  may write are queued (empty ones: nothing), and the first write of the
- *  iteration defers _send_soon to the flush (unless a send is in flight,
- *  whose completion sends the rest).  Anything else (another type, the
- *  first write, after write_eof() or close() or a failed send) goes to
- *  policy's _write(data), which raises what asyncio's write raises.
+ *  may write are queued (empty ones: nothing), and so is a copy, as bytes,
+ *  of another C-contiguous buffer below AIOR_POOL_MIN (one of AIOR_JOIN_MAX
+ *  or more, when nothing is pending or in flight, is first sent at once
+ *  without waiting, and only what the kernel did not take is copied and
+ *  queued); the first write of
+ *  the iteration defers _send_soon to the flush (unless a send is in
+ *  flight, whose completion sends the rest).  Anything else (not a buffer,
+ *  a larger or non-contiguous one, the first write, after write_eof() or
+ *  close() or a failed send) goes to policy's _write(data), which raises
+ *  what asyncio's write raises.
  *
- * [_send_now() -> None]  The flush's send: the pending bytes, when nothing
- *  is in flight and they are few (at most AIOR_JOIN_MAX, no pooled copies,
- *  not closing, no error, direct sends on), are joined (on the C stack)
- *  and sent at once without waiting (send(2) with MSG_DONTWAIT and
- *  MSG_NOSIGNAL; a pipe's pwritev2 with RWF_NOWAIT).  All taken: the queue
- *  is emptied, and policy's _after_send() called only when drain() waits or
- *  an EOF is wanted.  Otherwise policy goes on, in order: send() (not
- *  direct, or too much; or the system call refused: EINTR, EOPNOTSUPP,
+ * [_send_now() -> None]  The flush's send (and drain()'s): the pending
+ *  bytes, when nothing is in flight (not closing, no error, direct sends
+ *  on), are sent at once without waiting: few (at most AIOR_JOIN_MAX, no
+ *  pooled copies) joined on the C stack, with send(2) (MSG_DONTWAIT and
+ *  MSG_NOSIGNAL; a pipe's pwritev2 with RWF_NOWAIT), more (up to
+ *  AIOR_SEND_IOV buffers) as they are, with sendmsg(2) (a pipe's
+ *  pwritev2).  All taken: the queue is emptied, and policy's _after_send()
+ *  called only when drain() waits or an EOF is wanted (with pooled copies:
+ *  policy's _sent(n) and _after_send(), which take the copies back).
+ *  Otherwise policy goes on, in order: send() (not direct, or more
+ *  buffers; or the system call refused: EINTR, EOPNOTSUPP,
  *  EINVAL, ENOSYS, ENOTSOCK), send(False) after the part taken was
  *  accounted by _sent(n) (the kernel is full: EAGAIN or a partial send),
  *  or _sent(-errno) and _after_send() (the connection's error).  The joined
  *  writes then wait in the queue as one bytes object.
  *
  * aior_channel_add_types(module) -> 0 | -1  Adds Receiver, Sender,
- *  RECV_CHUNK and JOIN_MAX to the module (its init).
+ *  RECV_CHUNK, JOIN_MAX and POOL_MIN to the module (its init).
  */
 int aior_recv_complete(AiorCore *core, AiorOp *op, AiorRecv *rx, int res);
 int aior_channel_add_types(PyObject *module);

@@ -171,7 +171,7 @@ static PyGetSetDef op_getset[] = {
     {NULL},
 };
 
-static PyTypeObject AiorOp_Type = {
+PyTypeObject AiorOp_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "aioring._core.Op",
     .tp_doc = "Op(future, prep, args, keep, finish, poll_mask): one request, "

@@ -89,6 +89,8 @@ typedef struct {
     Py_buffer view;    /* the pin (see Op.pin) */
 } AiorOp;
 
+extern PyTypeObject AiorOp_Type;
+
 struct io_uring;
 
 typedef struct {

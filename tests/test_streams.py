@@ -544,12 +544,17 @@ async def test_cancelled_reads_reassemble_the_stream_exactly(socks, seed, how):
     assert cancelled and completed
 
 
-async def test_a_cancelled_readinto_exactly_puts_its_bytes_back(socks):
+@pytest.mark.parametrize("size", [10, 100_000], ids=["read_ahead", "into_the_buffer"])
+async def test_a_cancelled_readinto_exactly_puts_its_bytes_back(socks, size):
+    """Cancelled while it holds part of what it asked for (for a large
+    buffer: while its receive into the caller's buffer is out): the bytes
+    buffered before and those received go back in front of the buffer, in
+    order, and the next read returns them with the rest."""
     a, b = _tcp_pair(socks)
     reader, writer = await aioring.open_connection(sock=a)
     b.sendall(b"0123")
     assert await reader.readexactly(1) == b"0"  # "123" stays buffered
-    buf = bytearray(10)
+    buf = bytearray(size)
     task = asyncio.ensure_future(reader.readinto_exactly(buf))
     await asyncio.sleep(0)
     b.sendall(b"4567")
@@ -562,6 +567,66 @@ async def test_a_cancelled_readinto_exactly_puts_its_bytes_back(socks):
     b.shutdown(socket.SHUT_WR)
     assert await reader.read() == b"123456789ab"
     await _close(writer)
+
+
+@pytest.mark.parametrize("kind", ["socket", "pipe"])
+async def test_large_reads_into_the_callers_buffer_arrive_whole_and_in_order(socks, kind, aioring_backend):
+    """A peer writes a counter pattern in pieces of random sizes; the reader
+    takes a few bytes (the rest of that receive stays buffered), then a
+    large readinto_exactly (filled from many receives into the rest of the
+    buffer), then readinto until EOF.  What they return is the stream, as
+    the stdlib's recv_into of a blocking socket would give it."""
+    pattern = _counter_pattern(600_000)
+    if kind == "socket":
+        a, b = _tcp_pair(socks)
+        reader, writer = await aioring.open_connection(sock=a)
+
+        def send(data: memoryview) -> None:
+            b.sendall(data)
+
+        def end() -> None:
+            b.shutdown(socket.SHUT_WR)
+    else:
+        r, w = os.pipe()
+        reader = await aioring.open_pipe_reader(r)
+        writer = None
+
+        def send(data: memoryview) -> None:
+            while data:
+                data = data[os.write(w, data):]
+
+        def end() -> None:
+            os.close(w)
+
+    def peer() -> None:
+        rng = random.Random(7)
+        view = memoryview(pattern)
+        pos = 0
+        while pos < len(pattern):
+            n = rng.choice([1, 100, 4096, 20_000, 70_000])
+            send(view[pos:pos + n])
+            pos += n
+        end()
+
+    thread = threading.Thread(target=peer)
+    thread.start()
+    try:
+        got = bytearray(await reader.readexactly(3))
+        buf = bytearray(400_000)
+        assert await reader.readinto_exactly(buf) == len(buf)
+        got += buf
+        rest = bytearray(150_000)
+        while n := await reader.readinto(rest):
+            got += rest[:n]
+    finally:
+        thread.join()
+        if writer is not None:
+            await _close(writer)
+        else:
+            reader.close()
+    assert got == pattern
+    if aioring_backend == "io_uring":
+        assert reader._rx._into_op is not None  # (received by the core's own path)
 
 
 @pytest.mark.parametrize("impl,read", [("aioring", "readexactly"), ("aioring", "readinto_exactly"),
