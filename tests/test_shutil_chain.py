@@ -68,12 +68,97 @@ async def test_chain_runs_its_steps_in_order_and_a_short_one_ends_it(
             os.close(fd)
 
 
-@pytest.mark.parametrize("chain", [0, 3])
+async def test_quiet_chain_completes_once_at_the_step_that_ends_it(
+        disk_dir: str, aioring_backend: str) -> None:
+    src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
+    data = os.urandom(3 * 4096 + 5)
+    with open(src, "wb") as f:
+        f.write(data)
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
+    src_fd = os.open(src, os.O_RDONLY)
+    dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o600)
+    rfd, wfd = os.pipe2(os.O_CLOEXEC)
+    try:
+        steps = []
+        for at in range(0, len(data), 4096):
+            steps += [_splice(src_fd, at, wfd, -1, 4096), _splice(rfd, -1, dst_fd, at, 4096)]
+        before = ring.statistics()["completions"]
+        ops = ring.start_chain(loop, steps, quiet=True)  # type: ignore[arg-type]
+        if aioring_backend == "threads" or not ring.features & _binding.FEAT_CQE_SKIP:
+            assert ops is None
+            return
+        assert ops is not None and len({id(op.future) for op in ops}) == 1
+        await _kernel.settle(ops)
+        # The short splice of the last 5 bytes ended it; only it completed.
+        assert ring.end_quiet_chain(ops) == 6 and ops[6].res == 5
+        assert ops[0].future.result() == 5  # type: ignore[union-attr]
+        stats = ring.statistics()
+        assert (stats["completions"] - before, stats["in_flight"]) == (1, 0)
+        with open(dst, "rb") as f:
+            assert f.read() == data[:3 * 4096]
+        assert os.read(rfd, 100) == data[3 * 4096:]
+        # A step that fails (splicing from the write-only destination) ends
+        # it with its error; the steps after it never run.
+        ops = ring.start_chain(loop, [_splice(src_fd, 0, wfd, -1, 10),  # type: ignore[list-item]
+                                      _splice(dst_fd, 0, wfd, -1, 10),
+                                      _splice(rfd, -1, dst_fd, 0, 10)], quiet=True)
+        assert ops is not None
+        await _kernel.settle(ops)
+        assert ring.end_quiet_chain(ops) == 1 and ops[1].res == -errno.EBADF
+        with pytest.raises(OSError) as info:
+            ops[0].future.result()  # type: ignore[union-attr]
+        assert info.value.errno == errno.EBADF
+        assert os.read(rfd, 100) == data[:10]
+        assert ring.statistics()["in_flight"] == 0
+    finally:
+        for fd in (src_fd, dst_fd, rfd, wfd):
+            os.close(fd)
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+async def test_cancelled_chained_copy_removes_the_destination_and_leaks_nothing(
+        disk_dir: str, quiet: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_kernel, "QUIET_CHAIN", quiet)
+    monkeypatch.setattr(_kernel, "SPLICE_CHAIN", 4)
+    src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
+    data = os.urandom(3 * 4 * _kernel.CHAIN_CHUNK + 1)
+    with open(src, "wb") as f:
+        f.write(data)
+    ring = get_ring(asyncio.get_running_loop())
+    for steps in (0, 1, 3):
+        task = asyncio.ensure_future(ashutil.copyfile(src, dst))
+        # Cancelled once a chain is in flight (the threads backend: at once),
+        # and `steps` loop iterations after that.
+        for _ in range(10_000):
+            if task.done() or ring.statistics()["in_flight"] >= 2 * 4 or ring.fd < 0:
+                break
+            await asyncio.sleep(0)
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        try:
+            assert await task == dst
+        except asyncio.CancelledError:
+            assert not os.path.exists(dst)
+        else:
+            with open(dst, "rb") as f:
+                assert f.read() == data
+        # Only the cancel requests' own completions may still be on their way.
+        for _ in range(10_000):
+            if not ring.statistics()["in_flight"]:
+                break
+            await asyncio.sleep(0)
+        assert ring.statistics()["in_flight"] == 0
+
+
+@pytest.mark.parametrize(("chain", "quiet"), [(0, False), (3, False), (3, True)])
 async def test_chained_copy_from_any_offset_matches_the_source(
-        disk_dir: str, chain: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        disk_dir: str, chain: int, quiet: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Chains of 3 chunks, some of them broken by a start off the page
     boundary and by the end of the file; or a splice at a time."""
     monkeypatch.setattr(_kernel, "SPLICE_CHAIN", chain)
+    monkeypatch.setattr(_kernel, "QUIET_CHAIN", quiet)
     src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
     data = os.urandom(7 * _kernel.SPLICE_CHUNK + 1234)  # (CHAIN_CHUNK is smaller)
     with open(src, "wb") as f:
