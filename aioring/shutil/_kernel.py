@@ -36,7 +36,6 @@ import contextlib
 import errno
 import fcntl
 import os
-from collections import deque
 from collections.abc import Awaitable, Iterable
 from typing import Any, TypeVar
 
@@ -46,7 +45,7 @@ from .._pathops import _FS_ENCODING, _FS_ERRORS
 from .._loops import get_ring
 from .._ringbase import Op, RingBase, os_error
 
-__all__ = ["Batch", "copy_data", "finished", "settle", "together"]
+__all__ = ["Batch", "Tally", "copy_data", "finished", "settle", "together"]
 
 T = TypeVar("T")
 
@@ -131,62 +130,113 @@ async def together(aws: Iterable[Awaitable[T]]) -> list[T]:
         raise
 
 
+class Tally:
+    """The ops of one directory that a Batch started, counted down as they
+    complete.  It stands in as each op's future: the ring's core calls
+    set_result or set_exception on it once per completion, and cancel when
+    the ring closes (any object with done(), set_result and set_exception
+    is a future to the core: src/core.h), so a completion costs a call, not
+    a future and a wakeup of the task."""
+
+    __slots__ = ("batch", "left", "waiter")
+
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
+        self.left = 0
+        self.waiter: asyncio.Future[None] | None = None
+
+    def done(self) -> bool:
+        return False  # (each op's own outcome is its res)
+
+    def set_result(self, _: Any) -> None:
+        self._one()
+
+    def set_exception(self, _: BaseException) -> None:
+        self._one()
+
+    def cancel(self, msg: Any = None) -> bool:
+        self._one()
+        return True
+
+    def _one(self) -> None:
+        self.left -= 1
+        if not self.left and self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+        self.batch.completed()
+
+    async def wait(self, settle: bool = False) -> None:
+        """Wait until every op counted has completed.  Cancelled meanwhile:
+        at once, or with `settle` still until then, the cancellation raised
+        after."""
+        cancelled: asyncio.CancelledError | None = None
+        while self.left:
+            self.waiter = self.batch.loop.create_future()
+            try:
+                await self.waiter
+            except asyncio.CancelledError as exc:
+                if not settle:
+                    raise
+                cancelled = exc
+        self.waiter = None
+        if cancelled is not None:
+            raise cancelled
+
+
 class Batch:
-    """Path operations in flight together, none of them a task of its own:
-    at most `limit` at once (a start waits for the oldest first)."""
+    """Path operations in flight together, none of them a task or a future
+    of its own: each counts in the Tally it is started with.  At most
+    `limit` are in flight at once: a start when crowded() first waits in
+    room() until half of them completed."""
 
     def __init__(self, limit: int = 256) -> None:
         self.loop = asyncio.get_running_loop()
         self.ring = get_ring(self.loop)
         self.limit = limit
-        self._open: deque[Op] = deque()
+        self.open = 0
+        self._room: asyncio.Future[None] | None = None
 
     def crowded(self) -> bool:
         """Whether a start now must first wait for room (room())."""
-        return len(self._open) >= self.limit
+        return self.open >= self.limit
 
     async def room(self) -> None:
-        started = self._open
-        while len(started) >= self.limit:
-            fut = started[0].future
-            if fut is None or fut.done():
-                started.popleft()
-            else:
-                await finished(fut)
+        while self.open >= self.limit:
+            if self._room is None or self._room.done():
+                self._room = self.loop.create_future()
+            await asyncio.shield(self._room)  # (shared by every task that waits for room)
 
-    def unlinkat(self, dir_fd: int, name: str, rmdir: bool = False) -> Op:
+    def completed(self) -> None:
+        self.open -= 1
+        if self._room is not None and self.open <= self.limit // 2 and not self._room.done():
+            self._room.set_result(None)
+
+    def unlinkat(self, tally: Tally, dir_fd: int, name: str, rmdir: bool = False) -> Op:
         """Start os.unlink(name, dir_fd=dir_fd) (os.rmdir with `rmdir`), a
-        name as os.scandir gives it (no NUL inside).  Call room() first
-        when crowded()."""
+        name as os.scandir gives it (no NUL inside), counted in `tally`
+        until it completes (error() then says how).  Call room() first when
+        crowded()."""
         op = self.ring.start(self.loop, _PREP_UNLINKAT,
                              (dir_fd, name.encode(_FS_ENCODING, _FS_ERRORS), _AT_REMOVEDIR if rmdir else 0),
                              None, None)
-        if op.future is not None:
-            self._open.append(op)
+        if op.future is not None:  # (None: it completed inside the call)
+            op.future = tally  # (before anything else can complete it)
+            tally.left += 1
+            self.open += 1
         return op
 
     @staticmethod
-    def succeeded(op: Op) -> bool:
-        """Whether `op` is known to have succeeded already (outcome() says the rest)."""
-        fut = op.future
-        if fut is None:
-            return op.res >= 0
-        return fut.done() and not fut.cancelled() and fut.exception() is None
-
-    async def outcome(self, op: Op, filename: Any) -> OSError | None:
-        """The error of `op` (None when it succeeded), named `filename`, once it is done."""
-        try:
-            await result(self.ring, op)
-        except OSError as exc:
-            exc.filename = filename
-            return exc
-        return None
+    def error(op: Op, filename: Any) -> OSError | None:
+        """The error of a completed `op` (None when it succeeded), named `filename`."""
+        if op.res >= 0:
+            return None
+        exc = os_error(op.res)
+        exc.filename = filename
+        return exc
 
     def cancel(self, ops: Iterable[Op]) -> None:
-        """Ask the kernel to stop the ops not done yet (settle waits for them)."""
+        """Ask the kernel to stop the ops not done yet (their Tally's wait(settle=True) waits for them)."""
         for op in ops:
-            if op.future is not None and not op.future.done():
-                self.ring.cancel(op)
+            self.ring.cancel(op)  # (nothing for one already done)
 
 
 async def copy_data(src_fd: int, dst_fd: int, size: int, src_off: int = 0, dst_off: int = 0) -> int:
