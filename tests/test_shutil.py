@@ -159,7 +159,11 @@ async def test_copytree_options_like_shutil(tree: str, disk_dir: str) -> None:
     assert str(async_exc.value) == str(sync_exc.value)
 
 
-async def test_rmtree_removes_what_shutil_removes(tree: str, disk_dir: str) -> None:
+@pytest.mark.parametrize("in_flight", [ashutil.REMOVE_OPS, 2])
+async def test_rmtree_removes_what_shutil_removes(
+        tree: str, disk_dir: str, in_flight: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also with at most 2 unlinks in flight: each start then waits for room."""
+    monkeypatch.setattr(ashutil, "REMOVE_OPS", in_flight)
     shutil.copytree(tree, os.path.join(disk_dir, "twin"), symlinks=True)
     outside = os.path.join(disk_dir, "outside")
     os.mkdir(outside)
@@ -209,7 +213,10 @@ async def test_rmtree_errors_like_shutil(disk_dir: str) -> None:
         await ashutil.rmtree(a_file)
 
 
-async def test_rmtree_unremovable_entries_like_shutil(tree: str) -> None:
+@pytest.mark.parametrize("in_flight", [ashutil.REMOVE_OPS, 2])
+async def test_rmtree_unremovable_entries_like_shutil(
+        tree: str, in_flight: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ashutil, "REMOVE_OPS", in_flight)
     stuck = os.path.join(tree, "sub", "deeper")
     with _immutable(stuck):
         want, got = await _both_rmtree(tree)
