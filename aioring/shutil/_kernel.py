@@ -2,10 +2,11 @@
 
 * **Batches of path operations.**  A tree is removed by starting an
   UNLINKAT for every entry of a directory at once and collecting the
-  outcomes afterwards: the ops wait in the ring, not in a task each, and the
-  kernel's workers remove the entries side by side while the loop lists the
-  next directory.  A batch holds at most `limit` ops in flight; the next
-  start waits for the oldest.
+  outcomes afterwards: the ops wait in the ring, not in a task or a future
+  each (a Tally counts a directory's down, and its task wakes once, when
+  all completed), and the kernel's workers remove the entries while the
+  loop lists the next directory.  A batch holds at most `limit` ops in
+  flight; a start that finds it full waits until half of them completed.
 * **File data moved by the kernel.**  A large file goes from the source to
   a pipe and from the pipe to the destination by IORING_OP_SPLICE, the pages
   never passing through Python.  On io_uring one lane (a pipe) hands the
