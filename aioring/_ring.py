@@ -410,6 +410,7 @@ class Ring(RingBase):
             entry = self._ops.pop(key, None)
             if entry is not None and entry is not _CANCEL:
                 self._drop(entry, res)
+                self._drop_quiet_chain(entry)
         return True
 
     def _forsake(self) -> None:

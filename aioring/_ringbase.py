@@ -573,6 +573,18 @@ class RingBase(abc.ABC):
         _release(op)
         _abort_waiters(op)
 
+    def _drop_quiet_chain(self, op: Op) -> None:
+        """Closing, `op`'s completion came: if it is a step of a quiet chain
+        (see start_chain), that chain ended, and its other steps, whose
+        completions never come, are dropped with it."""
+        fut = op.future
+        if fut is None:
+            return
+        table = self._ops
+        for other in [o for o in table.values() if o is not _CANCEL and o.future is fut]:
+            del table[other.key]
+            self._drop(other, -errno.ECANCELED)
+
     def _abandon(self) -> None:
         """In a forked child: drop this process's copies of a parent's ring."""
         if self._closed:
