@@ -61,11 +61,14 @@ SPLICE_LANES = 2
 # (IORING_FEAT_CQE_SKIP): only the step that ends it completes, so the loop
 # sees one completion per chain, not one per splice.  Measured on 1 GiB,
 # interleaved with shutil.copyfile: quiet, the process's CPU time fell from
-# 470 to 350 ms (shutil's: 300 to 570 under the machine's load), and 512 KiB
-# chunks cost the loop half the user time of 256 KiB ones for the same
-# kernel time (1 MiB ones: no less again).
+# 470 to 350 ms (shutil's: 300 to 570 under the machine's load).  A chained
+# chunk stays at 256 KiB: with a task waking the loop every millisecond
+# beside the copy, the kernel's time for 1 GiB is at times three times the
+# usual (350-380 ms, or 1,000-1,160), and 512 KiB chunks were slow in 3 runs
+# of 3 (685-1,413 ms), 256 KiB ones in 3 of 9 (1 MiB ones were so at times
+# even without such a task).
 SPLICE_CHAIN = 64
-CHAIN_CHUNK = 1 << 19
+CHAIN_CHUNK = 1 << 18
 QUIET_CHAIN = True
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _PREP_SPLICE = _binding.prep_splice
