@@ -576,9 +576,12 @@ class RingBase(abc.ABC):
     def _drop_quiet_chain(self, op: Op) -> None:
         """Closing, `op`'s completion came: if it is a step of a quiet chain
         (see start_chain), that chain ended, and its other steps, whose
-        completions never come, are dropped with it."""
+        completions never come, are dropped with it.  (Only a quiet chain's
+        steps share an asyncio future; other objects standing in as the
+        future of several independent ops, an aioring.shutil Tally, are no
+        chain.)"""
         fut = op.future
-        if fut is None:
+        if not isinstance(fut, asyncio.Future):
             return
         table = self._ops
         for other in [o for o in table.values() if o is not _CANCEL and o.future is fut]:
