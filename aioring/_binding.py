@@ -58,6 +58,7 @@ LIBURING_STATIC: bool = bool(lib.AIOR_LIBURING_STATIC)
 FEAT_NODROP: int = lib.IORING_FEAT_NODROP
 FEAT_FAST_POLL: int = lib.IORING_FEAT_FAST_POLL
 FEAT_RW_CUR_POS: int = lib.IORING_FEAT_RW_CUR_POS
+FEAT_CQE_SKIP: int = lib.IORING_FEAT_CQE_SKIP
 SETUP_SUBMIT_ALL: int = lib.IORING_SETUP_SUBMIT_ALL
 SETUP_COOP_TASKRUN: int = lib.IORING_SETUP_COOP_TASKRUN
 SETUP_TASKRUN_FLAG: int = lib.IORING_SETUP_TASKRUN_FLAG
@@ -220,10 +221,14 @@ class IoUring:
         """How many more SQEs can be prepared before the next submit."""
         return int(lib.aior_sq_space(self._mapped()))
 
-    def link_last(self) -> None:
+    def link_last(self, quiet: bool = False) -> None:
         """Flag the SQE prepared last IOSQE_IO_LINK: the next SQE prepared
-        starts only once this one completed in full."""
-        lib.aior_flag_last(self._mapped(), lib.IOSQE_IO_LINK)
+        starts only once this one completed in full.  `quiet` adds
+        IOSQE_CQE_SKIP_SUCCESS (IORING_FEAT_CQE_SKIP): no CQE when it
+        completes in full, and when it does not, none for the SQEs linked
+        after it either."""
+        flags = lib.IOSQE_IO_LINK | (lib.IOSQE_CQE_SKIP_SUCCESS if quiet else 0)
+        lib.aior_flag_last(self._mapped(), flags)
 
     def exit(self) -> None:
         """Unmap the queues and close the ring's fd (io_uring_queue_exit), once.

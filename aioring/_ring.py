@@ -51,9 +51,9 @@ import errno
 import os
 import sys
 
-from ._binding import (FEAT_NODROP, OP_ASYNC_CANCEL, OP_FSYNC, OP_POLL_ADD, OP_READ, OP_WRITE,
-                       SETUP_COOP_TASKRUN, SETUP_SUBMIT_ALL, SETUP_TASKRUN_FLAG, SYNC_OPCODES, IoUring,
-                       opcode_of)
+from ._binding import (FEAT_CQE_SKIP, FEAT_NODROP, OP_ASYNC_CANCEL, OP_FSYNC, OP_POLL_ADD, OP_READ,
+                       OP_WRITE, SETUP_COOP_TASKRUN, SETUP_SUBMIT_ALL, SETUP_TASKRUN_FLAG, SYNC_OPCODES,
+                       IoUring, opcode_of)
 from ._core import Op
 from ._ringbase import (_CANCEL, _DONE, _SUBMITTED, _WAITING, DEFAULT_ENTRIES, RingBase, _kept_forever,
                         os_error)
@@ -216,19 +216,23 @@ class Ring(RingBase):
         op.future = loop.create_future()
         return op
 
-    def _link(self, loop: asyncio.AbstractEventLoop, ops: list[Op]) -> bool:
+    def _link(self, loop: asyncio.AbstractEventLoop, ops: list[Op], quiet: bool) -> bool:
         """The chain's SQEs, consecutive in the SQ and each but the last
-        flagged IOSQE_IO_LINK, leave with this iteration's flush."""
+        flagged IOSQE_IO_LINK (and, quiet, IOSQE_CQE_SKIP_SUCCESS), leave
+        with this iteration's flush."""
         core = self._core
         n = len(ops)
         if self._waiting or len(self._ops) - core.unbounded + n > self._limit:
+            return False
+        if quiet and not self.features & FEAT_CQE_SKIP:
             return False
         if self._lacking and any(opcode_of(op.prep, op.args) in self._lacking for op in ops):
             return False  # (an emulated step would not wait for the one before)
         if self._mem.sq_space() < n:
             return False
+        shared = loop.create_future() if quiet else None
         for op in ops:
-            op.future = loop.create_future()
+            op.future = loop.create_future() if shared is None else shared
             # An ECANCELED is the chain ending before this step, not a
             # worker the kernel could not start: never tried again alone.
             op.cancelled = True
@@ -237,7 +241,7 @@ class Ring(RingBase):
             if not core.start(op, _AWAITED):
                 raise AssertionError("the SQ had room for the chain")
             if op is not last:
-                self._mem.link_last()
+                self._mem.link_last(quiet)
         self._schedule_flush(loop)
         return True
 
@@ -406,6 +410,7 @@ class Ring(RingBase):
             entry = self._ops.pop(key, None)
             if entry is not None and entry is not _CANCEL:
                 self._drop(entry, res)
+                self._drop_quiet_chain(entry)
         return True
 
     def _forsake(self) -> None:

@@ -224,29 +224,51 @@ class RingBase(abc.ABC):
         return self._launch(loop, op)
 
     def start_chain(self, loop: asyncio.AbstractEventLoop,
-                    steps: list[tuple[Callable[..., int], tuple[Any, ...]]]) -> list[Op] | None:
+                    steps: list[tuple[Callable[..., int], tuple[Any, ...]]],
+                    quiet: bool = False) -> list[Op] | None:
         """Start `steps`, each a prep function and its args as for start()
         (args holding no buffer), as one chain: each step begins only once
         the one before it completed in full (io_uring's IOSQE_IO_LINK: an
         error or a short transfer ends the chain, and the steps after it fail
         with ECANCELED).  Returns the ops, every one with a future, in order.
 
+        `quiet`: only the step that ends the chain completes (the last one,
+        or the first that fails or comes up short; IOSQE_CQE_SKIP_SUCCESS on
+        the others), and the ops share one future, which gets that step's
+        result; once it is done, end_quiet_chain(ops) says which step that
+        was.  A chain of a thousand steps then costs the loop one completion.
+
         None when the chain cannot start now as one (the in-flight bound or
-        the SQ has no room for all of it, or this backend does not link
-        requests): nothing was started, and the caller starts the steps one
-        at a time instead.  Raises RuntimeError when the ring is closed, and
-        the task's owed cancellation (see _redelivery)."""
+        the SQ has no room for all of it, this backend does not link
+        requests, or a quiet one is asked of a kernel without
+        IORING_FEAT_CQE_SKIP): nothing was started, and the caller starts
+        the steps otherwise.  Raises RuntimeError when the ring is closed,
+        and the task's owed cancellation (see _redelivery)."""
         if self._closed:
             raise RuntimeError("this io_uring is closed")
         if owed:
             deliver_owed()
         ops = [Op(None, prep, args, None, None, 0) for prep, args in steps]
-        return ops if ops and self._link(loop, ops) else None
+        return ops if ops and self._link(loop, ops, quiet) else None
 
-    def _link(self, loop: asyncio.AbstractEventLoop, ops: list[Op]) -> bool:
+    def _link(self, loop: asyncio.AbstractEventLoop, ops: list[Op], quiet: bool) -> bool:
         """Start `ops` as one chain (see start_chain) if there is room for
         all of them now; False, touching nothing, if not."""
         return False
+
+    def end_quiet_chain(self, ops: list[Op]) -> int:
+        """The quiet chain `ops` (start_chain), once its future is done: the
+        index of the step whose completion ended it (that op's res is its
+        result).  The steps before it completed in full and the ones after
+        it never started: no completion comes for them, and their entries
+        leave the in-flight table now."""
+        end = next(i for i, op in enumerate(ops) if op.state == _DONE)
+        table = self._ops
+        for op in ops:
+            if op.state == _SUBMITTED:
+                del table[op.key]
+                op.state = _DONE
+        return end
 
     @abc.abstractmethod
     def restart(self, loop: asyncio.AbstractEventLoop, op: Op) -> None:
@@ -550,6 +572,21 @@ class RingBase(abc.ABC):
         op.res = res if res < 0 else -errno.ECANCELED
         _release(op)
         _abort_waiters(op)
+
+    def _drop_quiet_chain(self, op: Op) -> None:
+        """Closing, `op`'s completion came: if it is a step of a quiet chain
+        (see start_chain), that chain ended, and its other steps, whose
+        completions never come, are dropped with it.  (Only a quiet chain's
+        steps share an asyncio future; other objects standing in as the
+        future of several independent ops, an aioring.shutil Tally, are no
+        chain.)"""
+        fut = op.future
+        if not isinstance(fut, asyncio.Future):
+            return
+        table = self._ops
+        for other in [o for o in table.values() if o is not _CANCEL and o.future is fut]:
+            del table[other.key]
+            self._drop(other, -errno.ECANCELED)
 
     def _abandon(self) -> None:
         """In a forked child: drop this process's copies of a parent's ring."""

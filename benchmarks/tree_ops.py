@@ -73,6 +73,19 @@ def children_cpu() -> tuple[float, float]:
     return usage.ru_utime, usage.ru_stime
 
 
+def device_stat(path: Path) -> tuple[int, int, int] | None:
+    """(discards completed, ms spent on them summed over requests, ms the
+    device had any request in flight) so far, of the block device holding
+    `path` (/sys/dev/block/M:m/stat); None where the kernel does not say."""
+    dev = os.stat(path).st_dev
+    try:
+        with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat") as f:
+            fields = f.read().split()
+        return int(fields[11]), int(fields[14]), int(fields[9])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 PF_IO_WORKER = 0x10  # a kernel thread of io_uring (include/linux/sched.h)
 
 
@@ -221,6 +234,7 @@ class Bench:
         for thread in threading.enumerate():  # (a previous variant's executor, still exiting)
             if thread is not threading.main_thread():
                 thread.join(5)
+        disk0 = device_stat(self.data)
         if is_async:
             run_async(loop_name, with_probe)
             m = meters[0]
@@ -232,7 +246,11 @@ class Bench:
             children = [b - a for a, b in zip(c0, children_cpu(), strict=True)]  # (cp/rm)
             kernel[0] += children[1]
             m.cpu += sum(children)
+        disk1 = device_stat(self.data)
         sample: dict[str, Any] = {"wall_s": m.wall, "cpu_s": m.cpu, "sys_s": kernel[0], "other_s": m.other}
+        if disk0 is not None and disk1 is not None:
+            sample.update(zip(("discards", "discard_ms", "busy_ms"),
+                              (b - a for a, b in zip(disk0, disk1, strict=True)), strict=True))
         if probe_box:
             sample.update(probe_box[0].summary())
         self.samples.setdefault((workload, variant), []).append(sample)
@@ -363,6 +381,8 @@ def verdicts(med: dict[tuple[str, str], dict[str, float]], loops: list[str], bac
                        f"CPUs that is {least * 1e3:.0f} ms, "
                        f"so at most {wall(w, 'aioshutil') / least:.1f}x aioshutil and "
                        f"{wall(w, 'shutil') / least:.1f}x shutil for any implementation")
+        if ("rmtree", ring) in med:
+            out.extend(discard_lines(med, ("shutil", "aioshutil", ring, "cp/rm")))
         if ("copyfile", ring) in med:
             copyfile_verdicts(med, ring, line, out)
         if backend == "io_uring":
@@ -372,6 +392,23 @@ def verdicts(med: dict[tuple[str, str], dict[str, float]], loops: list[str], bac
             obj = wall("copyfileobj", "shutil") / wall("copyfileobj", ring)
             out.append(f"info  copyfileobj {ring} (async files): {obj:.2f}x shutil.copyfileobj, "
                        f"{wall('copyfileobj', 'aioshutil') / wall('copyfileobj', ring):.2f}x aioshutil")
+    return out
+
+
+def discard_lines(med: dict[tuple[str, str], dict[str, float]], variants: tuple[str, ...]) -> list[str]:
+    """What the device did for each variant's rmtree: on a file system
+    mounted with `discard` (ext4) each unlink waits for the device to
+    discard the file's blocks, and the device's pace at that bounds every
+    implementation, however many unlinks it has in flight."""
+    out = []
+    for v in variants:
+        m = med.get(("rmtree", v))
+        if m is None or not m.get("discards"):
+            continue
+        each = m["discard_ms"] / m["discards"] * 1e3
+        out.append(f"info  rmtree {v}: {m['discards']:.0f} discards, {each:.0f} us each "
+                   f"({m['discard_ms'] / max(m['busy_ms'], 1):.1f} in flight on average); the device "
+                   f"busy {m['busy_ms']:.0f} ms of the {m['wall_s'] * 1e3:.0f} ms")
     return out
 
 

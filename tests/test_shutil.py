@@ -18,6 +18,7 @@ import pytest
 import aioring
 import aioring.shutil as ashutil
 from aioring import _pathops
+from aioring._loops import get_ring
 from aioring.shutil import _kernel
 
 LARGE = _kernel.SPLICE_MIN * 2 + 12345  # spliced, by three lanes
@@ -159,7 +160,11 @@ async def test_copytree_options_like_shutil(tree: str, disk_dir: str) -> None:
     assert str(async_exc.value) == str(sync_exc.value)
 
 
-async def test_rmtree_removes_what_shutil_removes(tree: str, disk_dir: str) -> None:
+@pytest.mark.parametrize("in_flight", [ashutil.REMOVE_OPS, 2])
+async def test_rmtree_removes_what_shutil_removes(
+        tree: str, disk_dir: str, in_flight: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also with at most 2 unlinks in flight: each start then waits for room."""
+    monkeypatch.setattr(ashutil, "REMOVE_OPS", in_flight)
     shutil.copytree(tree, os.path.join(disk_dir, "twin"), symlinks=True)
     outside = os.path.join(disk_dir, "outside")
     os.mkdir(outside)
@@ -209,7 +214,10 @@ async def test_rmtree_errors_like_shutil(disk_dir: str) -> None:
         await ashutil.rmtree(a_file)
 
 
-async def test_rmtree_unremovable_entries_like_shutil(tree: str) -> None:
+@pytest.mark.parametrize("in_flight", [ashutil.REMOVE_OPS, 2])
+async def test_rmtree_unremovable_entries_like_shutil(
+        tree: str, in_flight: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ashutil, "REMOVE_OPS", in_flight)
     stuck = os.path.join(tree, "sub", "deeper")
     with _immutable(stuck):
         want, got = await _both_rmtree(tree)
@@ -402,13 +410,24 @@ async def test_copyfileobj_between_fds_from_their_positions(disk_dir: str) -> No
         assert f.read() == b"01234" + data[1000:]
 
 
-async def test_cancelled_copy_is_never_left_half_written(disk_dir: str) -> None:
+@pytest.mark.parametrize("quiet", [True, False])
+async def test_cancelled_copy_is_never_left_half_written(
+        disk_dir: str, quiet: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancelled some loop iterations after it started, or after a chain of
+    splices (quiet or not) is in flight: the destination is whole or gone,
+    and nothing is left in the ring's table."""
+    monkeypatch.setattr(_kernel, "QUIET_CHAIN", quiet)
+    monkeypatch.setattr(_kernel, "SPLICE_CHAIN", 4)
     src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
-    data = os.urandom(8 << 20)
+    data = os.urandom(3 * 4 * _kernel.CHAIN_CHUNK + 1)
     with open(src, "wb") as f:
         f.write(data)
-    for steps in (1, 3, 10):
+    ring = get_ring(asyncio.get_running_loop())
+    for chained, steps in ((False, 1), (False, 3), (False, 10), (True, 0), (True, 1), (True, 3)):
         task = asyncio.ensure_future(ashutil.copyfile(src, dst))
+        # (the threads backend has no chains: at once)
+        while chained and not task.done() and ring.statistics()["in_flight"] < 2 * 4 and ring.fd >= 0:
+            await asyncio.sleep(0)
         for _ in range(steps):
             await asyncio.sleep(0)
         task.cancel()
@@ -419,6 +438,12 @@ async def test_cancelled_copy_is_never_left_half_written(disk_dir: str) -> None:
         else:
             with open(dst, "rb") as f:
                 assert f.read() == data
+        # Only the cancel requests' own completions may still be on their way.
+        for _ in range(10_000):
+            if not ring.statistics()["in_flight"]:
+                break
+            await asyncio.sleep(0)
+        assert ring.statistics()["in_flight"] == 0
 
 
 async def test_move_like_shutil(tree: str, disk_dir: str) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -26,54 +28,109 @@ def _outcome(fut: asyncio.Future[int]) -> int:
     return -exc.errno if isinstance(exc, OSError) and exc.errno else fut.result()
 
 
-async def test_chain_runs_its_steps_in_order_and_a_short_one_ends_it(
-        disk_dir: str, aioring_backend: str) -> None:
-    src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
-    data = os.urandom(3 * 4096 + 5)
-    with open(src, "wb") as f:
-        f.write(data)
-    loop = asyncio.get_running_loop()
-    ring = get_ring(loop)
-    src_fd = os.open(src, os.O_RDONLY)
-    dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o600)
-    rfd, wfd = os.pipe2(os.O_CLOEXEC)
-    try:
-        # Each splice out of the pipe can only take what the splice before it put in.
-        steps = []
-        for at in range(0, len(data), 4096):
-            steps += [_splice(src_fd, at, wfd, -1, 4096), _splice(rfd, -1, dst_fd, at, 4096)]
-        ops = ring.start_chain(loop, steps)  # type: ignore[arg-type]
-        if aioring_backend == "threads":
-            assert ops is None  # (the steps are made one at a time instead)
-            return
-        assert ops is not None and all(op.future is not None for op in ops)
-        await _kernel.settle(ops)
-        results = [_outcome(op.future) for op in ops]  # type: ignore[arg-type]
-        # The last chunk is short (5 bytes): the splice out after it never ran.
-        assert results == [4096] * 6 + [5, -errno.ECANCELED]
-        with open(dst, "rb") as f:
-            assert f.read() == data[:3 * 4096]
-        assert os.read(rfd, 100) == data[3 * 4096:]
-        # A step at the end of the file moves nothing: the steps after it
-        # fail, never run on their own (the pipe holds a byte they would take).
-        os.write(wfd, b"x")
-        ops = ring.start_chain(loop, [_splice(src_fd, len(data), wfd, -1, 4096),  # type: ignore[list-item]
-                                      _splice(rfd, -1, dst_fd, 0, 1)])
-        assert ops is not None
-        await _kernel.settle(ops)
-        assert [_outcome(op.future) for op in ops] == [0, -errno.ECANCELED]  # type: ignore[arg-type]
-        assert os.read(rfd, 100) == b"x"
-    finally:
-        for fd in (src_fd, dst_fd, rfd, wfd):
+class _Pieces:
+    """A source of 3 pages and 5 bytes, a destination, a pipe, and the
+    chain's steps that copy the source a page at a time through the pipe
+    (each splice out of the pipe can only take what the one before put in)."""
+
+    def __init__(self, disk_dir: str) -> None:
+        src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
+        self.data = os.urandom(3 * 4096 + 5)
+        with open(src, "wb") as f:
+            f.write(self.data)
+        self.src_fd = os.open(src, os.O_RDONLY)
+        self.dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o600)
+        self.dst = dst
+        self.rfd, self.wfd = os.pipe2(os.O_CLOEXEC)
+        self.steps: list[Any] = []
+        for at in range(0, len(self.data), 4096):
+            self.steps += [_splice(self.src_fd, at, self.wfd, -1, 4096),
+                           _splice(self.rfd, -1, self.dst_fd, at, 4096)]
+
+    def close(self) -> None:
+        for fd in (self.src_fd, self.dst_fd, self.rfd, self.wfd):
             os.close(fd)
 
 
-@pytest.mark.parametrize("chain", [0, 3])
+@pytest.fixture
+def pieces(disk_dir: str) -> Iterator[_Pieces]:
+    made = _Pieces(disk_dir)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+async def test_chain_runs_its_steps_in_order_and_a_short_one_ends_it(
+        pieces: _Pieces, aioring_backend: str) -> None:
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
+    data, src_fd, dst_fd, rfd, wfd = pieces.data, pieces.src_fd, pieces.dst_fd, pieces.rfd, pieces.wfd
+    ops = ring.start_chain(loop, pieces.steps)
+    if aioring_backend == "threads":
+        assert ops is None  # (the steps are made one at a time instead)
+        return
+    assert ops is not None and all(op.future is not None for op in ops)
+    await _kernel.settle(ops)
+    results = [_outcome(op.future) for op in ops]  # type: ignore[arg-type]
+    # The last chunk is short (5 bytes): the splice out after it never ran.
+    assert results == [4096] * 6 + [5, -errno.ECANCELED]
+    with open(pieces.dst, "rb") as f:
+        assert f.read() == data[:3 * 4096]
+    assert os.read(rfd, 100) == data[3 * 4096:]
+    # A step at the end of the file moves nothing: the steps after it
+    # fail, never run on their own (the pipe holds a byte they would take).
+    os.write(wfd, b"x")
+    ops = ring.start_chain(loop, [_splice(src_fd, len(data), wfd, -1, 4096),  # type: ignore[list-item]
+                                  _splice(rfd, -1, dst_fd, 0, 1)])
+    assert ops is not None
+    await _kernel.settle(ops)
+    assert [_outcome(op.future) for op in ops] == [0, -errno.ECANCELED]  # type: ignore[arg-type]
+    assert os.read(rfd, 100) == b"x"
+
+
+async def test_quiet_chain_completes_once_at_the_step_that_ends_it(
+        pieces: _Pieces, aioring_backend: str) -> None:
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
+    data, src_fd, dst_fd, rfd, wfd = pieces.data, pieces.src_fd, pieces.dst_fd, pieces.rfd, pieces.wfd
+    before = ring.statistics()["completions"]
+    ops = ring.start_chain(loop, pieces.steps, quiet=True)
+    if aioring_backend == "threads" or not ring.features & _binding.FEAT_CQE_SKIP:
+        assert ops is None
+        return
+    assert ops is not None and len({id(op.future) for op in ops}) == 1
+    await _kernel.settle(ops)
+    # The short splice of the last 5 bytes ended it; only it completed.
+    assert ring.end_quiet_chain(ops) == 6 and ops[6].res == 5
+    assert ops[0].future.result() == 5  # type: ignore[union-attr]
+    stats = ring.statistics()
+    assert (stats["completions"] - before, stats["in_flight"]) == (1, 0)
+    with open(pieces.dst, "rb") as f:
+        assert f.read() == data[:3 * 4096]
+    assert os.read(rfd, 100) == data[3 * 4096:]
+    # A step that fails (splicing from the write-only destination) ends
+    # it with its error; the steps after it never run.
+    ops = ring.start_chain(loop, [_splice(src_fd, 0, wfd, -1, 10),  # type: ignore[list-item]
+                                  _splice(dst_fd, 0, wfd, -1, 10),
+                                  _splice(rfd, -1, dst_fd, 0, 10)], quiet=True)
+    assert ops is not None
+    await _kernel.settle(ops)
+    assert ring.end_quiet_chain(ops) == 1 and ops[1].res == -errno.EBADF
+    with pytest.raises(OSError) as info:
+        ops[0].future.result()  # type: ignore[union-attr]
+    assert info.value.errno == errno.EBADF
+    assert os.read(rfd, 100) == data[:10]
+    assert ring.statistics()["in_flight"] == 0
+
+
+@pytest.mark.parametrize(("chain", "quiet"), [(0, False), (3, False), (3, True)])
 async def test_chained_copy_from_any_offset_matches_the_source(
-        disk_dir: str, chain: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        disk_dir: str, chain: int, quiet: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Chains of 3 chunks, some of them broken by a start off the page
     boundary and by the end of the file; or a splice at a time."""
     monkeypatch.setattr(_kernel, "SPLICE_CHAIN", chain)
+    monkeypatch.setattr(_kernel, "QUIET_CHAIN", quiet)
     src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
     data = os.urandom(7 * _kernel.SPLICE_CHUNK + 1234)  # (CHAIN_CHUNK is smaller)
     with open(src, "wb") as f:
@@ -91,3 +148,30 @@ async def test_chained_copy_from_any_offset_matches_the_source(
     assert await ashutil.copyfile(src, dst) == dst
     with open(dst, "rb") as f:
         assert f.read() == data
+
+
+def test_closing_the_loop_with_a_quiet_chain_in_flight_lets_go_of_every_step(
+        new_loop: Any, pieces: _Pieces) -> None:
+    """The chain waits in its second step (a splice out of an empty pipe)
+    when the loop closes: the close cancels it, and its other steps, whose
+    completions never come, leave the ring's table with it."""
+    loop = new_loop()
+    rfd, wfd = os.pipe2(os.O_CLOEXEC)
+    try:
+        async def start() -> tuple[Any, Any]:
+            ring = get_ring(asyncio.get_running_loop())
+            ops = ring.start_chain(loop, [_splice(pieces.src_fd, 0, pieces.wfd, -1, 10),  # type: ignore[list-item]
+                                          _splice(rfd, -1, pieces.dst_fd, 0, 10),
+                                          _splice(pieces.rfd, -1, pieces.dst_fd, 0, 10)], quiet=True)
+            await asyncio.sleep(0)  # (the flush submits it)
+            return ring, ops
+        ring, ops = loop.run_until_complete(start())
+        if ops is None:
+            return  # (no quiet chains on this backend or kernel)
+        loop.close()
+        assert ring.statistics()["in_flight"] == 0
+        assert ops[0].future.cancelled()
+        assert os.fstat(pieces.dst_fd).st_size == 0  # (the third step never ran)
+    finally:
+        os.close(rfd)
+        os.close(wfd)

@@ -698,6 +698,7 @@ class _TreeRemoval:
             await self.report(os.scandir, path, err)
             return
         batch = self.batch
+        tally = _kernel.Tally(batch)
         started: list[tuple[Op, str, bool]] = []  # (op, name, an rmdir)
         try:
             subdirs = []
@@ -713,24 +714,25 @@ class _TreeRemoval:
                     pass
                 if batch.crowded():
                     await batch.room()
-                started.append((batch.unlinkat(fd, entry.name), entry.name, False))
+                started.append((batch.unlinkat(tally, fd, entry.name), entry.name, False))
             for removable, entry in await self.subdirs(fd, path, subdirs):
                 if removable:
                     if batch.crowded():
                         await batch.room()
-                    started.append((batch.unlinkat(fd, entry.name, True), entry.name, True))
+                    started.append((batch.unlinkat(tally, fd, entry.name, True), entry.name, True))
+            if tally.left:
+                await tally.wait()
             for op, name, rmdir in started:
-                if batch.succeeded(op):
+                if op.res >= 0:
                     continue
                 fullname = os.path.join(path, name)
-                failure = await batch.outcome(op, fullname if _FULL_NAMES and rmdir else name)
+                failure = batch.error(op, fullname if _FULL_NAMES and rmdir else name)
                 if failure is not None and not (_MISSING_IS_GONE and isinstance(failure, FileNotFoundError)):
                     await self.report(os.rmdir if rmdir else os.unlink, fullname, failure)
         finally:
-            ops = [op for op, _, _ in started]
-            if any(op.future is not None and not op.future.done() for op in ops):
-                batch.cancel(ops)
-                await _kernel.settle(ops)  # (before the caller closes fd)
+            if tally.left:
+                batch.cancel(op for op, _, _ in started)
+                await tally.wait(settle=True)  # (before the caller closes fd)
 
     async def subdirs(self, fd: int, path: str,
                       subdirs: list[os.DirEntry[str]]) -> list[tuple[bool, os.DirEntry[str]]]:
