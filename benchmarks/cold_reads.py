@@ -27,6 +27,9 @@ device when fio is installed:
     aiofiles         seek + read, one unbuffered file per task
     threads          ``run_in_executor(pool, os.pread, fd, 4096, off)``, T threads
     sync             an ``os.pread`` loop (no event loop; 1 task only)
+    loop.ceiling     no read at all: each task awaits a future that the loop
+                     resolves at once (``call_soon``).  What an asyncio library
+                     that wakes a task per read cannot pass on this loop
     fio, fio.direct  ``fio --ioengine=io_uring --iodepth=T`` buffered and with O_DIRECT
     fio.wq           fio buffered, every read handed to the kernel's workers (``--force_async=1``)
 * a sequential read of the whole file in 1 MiB chunks (MB/s):
@@ -471,13 +474,29 @@ def log_sync(path: Path, records: int) -> None:
         os.close(fd)
 
 
+async def rand_loop_ceiling(path: Path, size: int, tasks: int, seconds: float) -> float:
+    """A task woken per 'read' and nothing else: the loop's own ceiling."""
+    loop = asyncio.get_running_loop()
+    end = time.perf_counter() + seconds
+
+    async def one(i: int) -> int:
+        n = 0
+        while time.perf_counter() < end:
+            done = loop.create_future()
+            loop.call_soon(done.set_result, None)
+            await done
+            n += 1
+        return n
+    return await _timed_tasks(tasks, seconds, one)
+
+
 # --------------------------------------------------------------- running
 RAND = {"aioring.read": rand_aioring_read, "aioring.read.tryeach": rand_aioring_read_tryeach,
         "aioring.read.handoff": rand_aioring_read_handoff,
         "aioring.open": rand_aioring_open,
         "aioring.direct": rand_aioring_direct, "aioring.direct.inline": rand_aioring_direct_inline,
         "aiofile": rand_aiofile, "aiofiles": rand_aiofiles,
-        "threads": rand_threads}
+        "threads": rand_threads, "loop.ceiling": rand_loop_ceiling}
 SEQ = {"aioring.read": seq_aioring_read, "aioring.open": seq_aioring_open, "aiofile": seq_aiofile,
        "aiofiles": seq_aiofiles, "threads": seq_threads}
 SMALL = {"aioring": small_aioring, "aiofile": small_aiofile, "aiofiles": small_aiofiles}
@@ -701,6 +720,12 @@ class Bench:
                       self.med(*r, "aioring.open"), self.med(*r, "aiofile"), 1.0)
                 check(f"[{loop}] random 4 KiB, 64 tasks: aioring.direct vs fio O_DIRECT",
                       self.med(*r, "aioring.direct"), fio_d, 0.8)
+                ceiling = self.med(*r, "loop.ceiling")
+                if ceiling and fio_b and fio_d:
+                    out.append(f"NOTE  [{loop}] the loop's ceiling (a task woken per read, no I/O): "
+                               f"{ceiling:,.0f}/s = {ceiling / fio_b:.2f}x fio buffered, "
+                               f"{ceiling / fio_d:.2f}x fio O_DIRECT: no library that wakes a task "
+                               "per read passes it on this loop")
                 check(f"[{loop}] random 4 KiB, 64 tasks: aioring.read vs the try before every read",
                       self.med(*r, "aioring.read"), self.med(*r, "aioring.read.tryeach"), 1.0)
                 check(f"[{loop}] random 4 KiB, 64 tasks: aioring.read vs reads handed to workers",
