@@ -38,12 +38,12 @@ soak: $(VENV)/.installed-test
 	$(PY) -m pytest -m slow -s -v tests/test_soak.py
 
 # The ring's C (the binding and the core) built with AddressSanitizer into
-# build/asan, away from the tree's own build, and the stream, cancel, fault
-# and soak tests run against it (PYTHONMALLOC=malloc: every Python object is a
-# malloc block ASan watches).  Leak checking is off: the interpreter keeps
-# memory until exit by design.
+# build/asan, away from the tree's own build, and the stream, cancel, fault,
+# soak and fd-operation tests run against it (PYTHONMALLOC=malloc: every
+# Python object is a malloc block ASan watches).  Leak checking is off: the
+# interpreter keeps memory until exit by design.
 ASAN_TESTS := tests/test_streams.py tests/test_streams_edges.py tests/test_faults.py tests/test_soak.py \
-              tests/test_ring.py
+              tests/test_ring.py tests/test_ops.py
 asan: $(VENV)/.installed-test
 	rm -rf build/asan build/asan-tmp
 	mkdir -p build/asan && cp -r aioring build/asan/ && rm -f build/asan/aioring/*.so

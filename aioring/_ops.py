@@ -32,6 +32,7 @@ from typing import Any
 
 from . import _binding, _loops, _redelivery
 from ._binding import FSYNC_DATASYNC, IOSQE_ASYNC, OP_FSYNC, OP_READ, OP_WRITE, Filling
+from ._core import fileops_setup, read_cached, readinto_cached
 from ._loops import get_ring
 from ._ringbase import Op, RingBase, ready
 
@@ -242,6 +243,14 @@ def cache_missed(fd: int) -> None:
     state = fd_state(fd)
     state[0] = state[1]
     state[1] = min(state[1] * 2, CACHE_BACKOFF_MAX)
+
+
+# The page-cache hit of a read at an offset of an fd in _plain, the hottest
+# path, is taken by the core (read_cached, readinto_cached: src/fileops.h)
+# with the decisions written here: it tries only an fd in _plain, while
+# nothing is owed and no yield is due (those calls come here), counts the
+# calls it serves in _unyielded and reports a miss to cache_missed.
+fileops_setup(_plain, _redelivery.owed, _unyielded, YIELD_EVERY, UNZEROED_MIN, cache_missed)
 
 
 # A ring read of pages that are not cached is issued in the submitting call:
@@ -503,33 +512,23 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
     as the OSError subclass of their errno (EBADF for a closed fd, EISDIR
     for a directory, ...).
     """
-    if type(fd) is not int or not _INT_MIN <= fd <= _INT_MAX:
-        fd = check_fd(fd)
-    if type(size) is not int or not 0 <= size < UNZEROED_MIN:
-        size = check_size(size)
-    if type(offset) is not int or not -1 <= offset <= _OFF_MAX:
-        offset = check_offset(offset)
-    if _redelivery.owed:
-        _redelivery.deliver_owed()
+    head = read_cached(fd, size, offset)  # (the page cache's hit, served; or its start, or None)
+    if type(head) is bytes:
+        return head
     out: bytes | bytearray | None = None
     target: Any
     ring = None
-    if offset >= 0 and size < UNZEROED_MIN and fd in _plain:
-        # The hottest path: a page-cache hit read at once into the thread's
-        # scratch buffer and copied out, written out here.
-        target = _scratch_of.buf
-        if len(target) != size:
-            target = _scratch(size)
-        got = read_now(fd, target, size, offset)
-        if got == size:
-            data = bytes(target)
-            if _unyielded[0] < YIELD_EVERY - 1:  # (pace() written out, while no yield is due)
-                _unyielded[0] += 1
-            elif pace():
-                await _yield_keeping()
-            return data
-        got = _rest_now(fd, target, size, offset, got)
+    if head is not None:  # (tried: none or the start of it was cached, the ring reads the rest)
+        target, got = head, len(head)
     else:
+        if type(fd) is not int or not _INT_MIN <= fd <= _INT_MAX:
+            fd = check_fd(fd)
+        if type(size) is not int or not 0 <= size < UNZEROED_MIN:
+            size = check_size(size)
+        if type(offset) is not int or not -1 <= offset <= _OFF_MAX:
+            offset = check_offset(offset)
+        if _redelivery.owed:
+            _redelivery.deliver_owed()
         loop = _get_running_loop()
         ring = ring_of(loop)  # (first: a refused io_uring raises, even where the try would do)
         state = _fd_cache.get(fd)
@@ -599,38 +598,12 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     below -1 (as os.preadv), OSError from the kernel.  At an offset, the
     page cache's bytes come at once, without a trip through the loop.
     """
-    tried = -1  # what the fast path's try read (0: none, the page cache missed), -1 if none was made
-    if (type(fd) is int and type(offset) is int and 0 <= offset <= _OFF_MAX and fd in _plain
-            and not _redelivery.owed):
-        # The hottest path: a page-cache hit read at once, written out here
-        # (an fd in _plain is one whose reads were tried before).
-        kind = type(buffer)
-        if kind is bytearray:
-            n = len(buffer)
-        elif kind is memoryview:
-            try:
-                n = buffer.nbytes if not buffer.readonly and buffer.c_contiguous else -1
-            except ValueError:  # released: the general path raises FileIO's TypeError
-                n = -1
-        else:
-            n = -1
-        if n >= 0:
-            try:
-                got = _preadv(fd, (buffer,), offset, _RWF_NOWAIT)
-            except BlockingIOError:
-                cache_missed(fd)
-                got = -1
-                tried = 0
-            except OSError:
-                got = -1  # (the ring's read reports a real error as the kernel's)
-            if got in (n, 0):
-                if _unyielded[0] < YIELD_EVERY - 1:  # (pace() written out, while no yield is due)
-                    _unyielded[0] += 1
-                elif pace():
-                    await _yield_keeping()
-                return got
-            if got > 0:
-                tried = got  # (part of it was cached: the rest follows, never read twice)
+    got = readinto_cached(fd, buffer, offset)  # (the page cache's hit, served)
+    if got >= 0:
+        return got
+    # What the core's try read (0: none, the page cache missed; part of it:
+    # the rest follows, never read twice), -1 if it made none.
+    tried = -2 - got if got < -1 else -1
     if type(fd) is not int or not _INT_MIN <= fd <= _INT_MAX:
         fd = check_fd(fd)
     if type(offset) is not int or not -1 <= offset <= _OFF_MAX:

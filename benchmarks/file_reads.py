@@ -52,6 +52,8 @@ except ImportError:  # not installed: use the checkout this script lives in
 
 
 BLOCK = 4096
+TARGET_RATIO = 0.75  # aioring's reads per second over the synchronous loop's, at least
+TARGET_TASKS = (1, 64)
 ALL_TASKS = (1, 16, 64, 256)
 ALL_LOOPS = ("asyncio", "uvloop")
 ASYNC_VARIANTS = ("aioring", "aiofile", "aiofiles", "executor")
@@ -358,6 +360,24 @@ def report(medians: dict[Key, dict[str, Any]], variants: list[str],
     return "\n".join(out)
 
 
+def targets(medians: dict[Key, dict[str, Any]], loops: list[str], tasks: list[int]) -> list[str]:
+    """The target's verdicts: aioring's readinto at least TARGET_RATIO x the
+    synchronous os.pread loop's reads per second, with each of TARGET_TASKS."""
+    limit = medians.get(("sync", "-", 1), {}).get("ops_per_s")
+    if not limit:
+        return []
+    out = [f"target (informative): 4 KiB page-cache reads at least {TARGET_RATIO}x a synchronous "
+           "os.pread loop, with " + " and ".join(map(str, TARGET_TASKS)) + " tasks:"]
+    for loop in loops:
+        for t in TARGET_TASKS:
+            rate = medians.get(("aioring", loop, t), {}).get("ops_per_s") if t in tasks else None
+            if rate:
+                verdict = "met" if rate / limit >= TARGET_RATIO else "not met"
+                out.append(f"  info: {verdict:<8}{loop:<8} tasks={t:<3} {rate / limit:.2f}x "
+                           f"({rate:,.0f} vs {limit:,.0f} reads/s)")
+    return out
+
+
 def notes(medians: dict[Key, dict[str, Any]], samples: list[Sample],
           loops: list[str], tasks: list[int]) -> str:
     out: list[str] = []
@@ -530,6 +550,8 @@ def main(argv: list[str] | None = None) -> int:
     for note in skipped:
         print("skipped: " + note)
     print(report(medians, variants, loops, args.tasks, repeat))
+    for line in targets(medians, loops, args.tasks):
+        print(line)
     print()
     print(notes(medians, [s for s in samples if s.error is None], loops, args.tasks))
     if leftovers["fds"] or leftovers["io_uring_threads"]:

@@ -18,6 +18,8 @@ counts are not.  Each workload runs in one process on one event loop:
               1 KiB file (one op = open, read, close)
 * pread4k     ``aioring.read(fd, 4096, offset)`` from a file in the page cache
               (one op = one read)
+* preadinto4k ``aioring.readinto(fd, buf, offset)`` the same, into one 4 KiB
+              bytearray
 
 ``--callgrind`` runs each workload twice under ``valgrind --tool=callgrind``,
 with --ops and with 2 x --ops operations, and prints the difference of the two
@@ -45,7 +47,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".data"
-WORKLOADS = ("echo", "tls_echo", "echo64k", "echo_into", "small_files", "pread4k")
+WORKLOADS = ("echo", "tls_echo", "echo64k", "echo_into", "small_files", "pread4k", "preadinto4k")
 FRAME = 1024
 HDR = struct.Struct(">Q")
 
@@ -158,6 +160,20 @@ async def pread4k(ops: int) -> None:
         os.close(fd)
 
 
+async def preadinto4k(ops: int) -> None:
+    import aioring
+
+    path = _data_file("op_cost_1m", 1 << 20)
+    fd = os.open(path, os.O_RDONLY)
+    buf = bytearray(4096)
+    try:
+        for i in range(ops):
+            if await aioring.readinto(fd, buf, (i & 255) * 4096) != 4096:
+                raise AssertionError("short read")
+    finally:
+        os.close(fd)
+
+
 async def tls_echo(ops: int) -> None:
     import ssl
 
@@ -173,7 +189,7 @@ async def tls_echo(ops: int) -> None:
 
 RUNS: dict[str, Callable[[int], Awaitable[None]]] = {"echo": echo, "tls_echo": tls_echo, "echo64k": echo64k,
                                                         "echo_into": echo_into, "small_files": small_files,
-                                                        "pread4k": pread4k}
+                                                        "pread4k": pread4k, "preadinto4k": preadinto4k}
 
 
 def run_once(workload: str, ops: int, loop: str) -> float:

@@ -130,7 +130,17 @@ def disk_dir() -> Iterator[str]:
 
 
 @pytest.fixture
-def ring_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+def python_tries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The core's page-cache reads (aioring._core.read_cached and
+    readinto_cached, which call preadv2 themselves) hand every call to
+    aioring._ops, whose tries go through _ops._preadv: a test that replaces
+    it sees every try."""
+    monkeypatch.setattr(_ops, "read_cached", lambda *args: None)
+    monkeypatch.setattr(_ops, "readinto_cached", lambda *args: -1)
+
+
+@pytest.fixture
+def ring_reads(monkeypatch: pytest.MonkeyPatch, python_tries: None) -> None:
     """Reads at an offset go through the ring, as when the page cache misses
     (they are tried directly first: page-cache hits would never reach it)."""
     from aioring import _file, _ops

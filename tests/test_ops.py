@@ -64,6 +64,36 @@ async def test_a_page_cache_read_at_an_offset_skips_the_ring(data_file):
     assert aioring.statistics()["completions"] == before
 
 
+async def test_the_core_serves_just_the_page_cache_reads_policy_tries(data_file):
+    """The core's page-cache reads serve a read at an offset of an fd whose
+    reads are tried, counted as a call served without a yield, and hand every
+    other call back to aioring._ops untouched: its checks and its yield."""
+    from aioring import _core, _ops, _redelivery
+    fd, content = data_file
+    assert await aioring.read(fd, 4096, 0) == content[:4096]  # (a hit: fd's reads are tried)
+    count = _ops._unyielded[0]
+    buf = bytearray(50)
+    assert _core.read_cached(fd, 100, 5) == content[5:105]
+    assert _core.read_cached(fd, 100, len(content) - 10) == content[-10:]
+    assert _core.readinto_cached(fd, buf, 7) == 50 and buf == content[7:57]
+    assert _ops._unyielded[0] == count + 3
+    for size, offset in ((100, -1), (_ops.UNZEROED_MIN, 0), (True, 0), (100, 1 << 63), (-1, 0)):
+        assert _core.read_cached(fd, size, offset) is None
+    for target in (bytes(10), memoryview(buf)[::2], memoryview(buf).toreadonly()):
+        assert _core.readinto_cached(fd, target, 0) == -1
+    _ops._unyielded[0] = _ops.YIELD_EVERY - 1  # (a yield is due: policy's call)
+    assert _core.read_cached(fd, 100, 0) is None
+    _ops._unyielded[0] = count + 3
+    _redelivery.owed[asyncio.current_task()] = ("owed", None)
+    try:
+        assert _core.read_cached(fd, 100, 0) is None and _core.readinto_cached(fd, buf, 0) == -1
+    finally:
+        del _redelivery.owed[asyncio.current_task()]
+    _ops._plain.discard(fd)
+    assert _core.read_cached(fd, 100, 0) is None and _core.readinto_cached(fd, buf, 0) == -1
+    assert _ops._unyielded[0] == count + 3 and buf == content[7:57]
+
+
 async def test_page_cache_reads_into_memoryviews_match_preadv(data_file):
     """A writable contiguous memoryview is read into at once, as a bytearray
     is; counts are in bytes whatever the view's format, as os.preadv's.  The
@@ -116,7 +146,7 @@ async def test_a_task_reading_the_page_cache_yields_and_can_be_cancelled(data_fi
     assert bytes(buf) == (content[4096:8192] if how == "readinto" else bytes(4096))
 
 
-async def test_a_read_partly_cached_returns_all_of_it(data_file, monkeypatch):
+async def test_a_read_partly_cached_returns_all_of_it(data_file, monkeypatch, python_tries):
     from aioring import _ops
     fd, content = data_file
 
@@ -139,6 +169,8 @@ async def test_large_reads_return_just_what_the_kernel_read(data_file, monkeypat
     if how == "ring":
         request.getfixturevalue("ring_reads")
     elif how == "partly cached":
+        request.getfixturevalue("python_tries")
+
         def half_cached(fd: int, buffers, offset: int, flags: int) -> int:
             with memoryview(buffers[0]) as view:
                 return os.preadv(fd, [view[:len(view) // 2]], offset)
@@ -161,7 +193,7 @@ async def test_a_large_read_of_a_pipe_returns_what_it_holds(pipe):
 
 
 @pytest.mark.parametrize("cancel", [False, True])
-async def test_a_read_partly_served_directly_ends_whole(data_file, monkeypatch, cancel):
+async def test_a_read_partly_served_directly_ends_whole(data_file, monkeypatch, python_tries, cancel):
     """Where only part of the range is cached, the direct read delivers that
     part and the ring the rest.  A cancellation meanwhile does not cut it
     short: the buffer is no longer untouched, so the read ends whole, and the

@@ -1,0 +1,50 @@
+/* aioring._core's page-cache reads: a read at an offset served at once by
+ * a non-blocking preadv2 (RWF_NOWAIT), in C (see core.h for the core's
+ * seam).  Policy stays in Python (aioring._ops): which fds are tried, the
+ * backoff after a miss, the yield to the loop, and the ring's read of
+ * whatever the page cache did not hold.  These functions only take the
+ * decision that policy already took for a known fd, and hand every other
+ * case back to it untouched.
+ *
+ * fileops_setup(plain, owed, unyielded, yield_every, size_max, cache_missed)
+ *  Policy's state, held for the life of the process:
+ *    plain        the set of fds whose reads at an offset are tried;
+ *    owed         the dict of tasks owing a cancellation (non-empty: every
+ *                 call goes to policy, which delivers it first);
+ *    unyielded    the list whose item 0 counts calls served without a yield;
+ *    yield_every  at item 0 == yield_every - 1 the next call yields: policy's;
+ *    size_max     read_cached serves sizes below this only;
+ *    cache_missed called with the fd when a try finds the pages not cached.
+ *  Until it is called, both functions below hand every call to policy.
+ *
+ * Both take the fast path only for an int fd in `plain`, an int offset of
+ * 0 or more, nothing owed, and no yield due; they hold the buffer (a
+ * Py_buffer export) while the GIL is released for the system call, as
+ * os.preadv does.  A call they served is counted in unyielded[0].
+ *
+ * readinto_cached(fd, buffer, offset) -> int  For a bytearray or a
+ *  writable C-contiguous memoryview (anything else, or a released view:
+ *  policy's, whose checks raise the error):
+ *    n >= 0   served: n bytes read, all of the buffer or 0 at end of file;
+ *    -1       not tried, or the try failed (policy tries it itself);
+ *    -2 - k   tried: the first k bytes (0: none, and cache_missed(fd) was
+ *             called) are in the buffer, the rest is the ring's.
+ *
+ * read_cached(fd, size, offset) -> bytes | bytearray | None  size an int
+ *  below size_max, read into a new bytes object:
+ *    bytes      served: what was read, all of it or up to end of file (a
+ *               second try follows a short first one, as policy does);
+ *    bytearray  tried: its bytes (none, after a miss or an error) are the
+ *               start of the result, the rest is the ring's;
+ *    None       not tried: policy's.
+ *
+ * aior_fileops_add(module) -> 0 | -1  Adds the three functions to module.
+ */
+#ifndef AIORING_FILEOPS_H
+#define AIORING_FILEOPS_H
+
+#include <Python.h>
+
+int aior_fileops_add(PyObject *module);
+
+#endif
