@@ -715,6 +715,15 @@ async def _receive_all(sock: socket.socket, into: bytearray) -> None:
         into.extend(data)
 
 
+async def _all_sent(writer: aioring.StreamWriter, receiving: asyncio.Future[None], got: bytearray,
+                    expected: bytes | bytearray) -> None:
+    """End the writes with EOF; the peer's receiver got exactly `expected`."""
+    writer.write_eof()
+    await asyncio.wait_for(receiving, 30)
+    assert got == expected
+    await _close(writer)
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 async def test_writes_of_every_kind_leave_in_order_whole(impl, socks):
     """bytes, bytearrays and memoryviews written in one iteration and over
@@ -735,10 +744,7 @@ async def test_writes_of_every_kind_leave_in_order_whole(impl, socks):
             expected += chunk
         if round_ % 3 == 0:
             await writer.drain()
-    writer.write_eof()
-    await asyncio.wait_for(receiving, 30)
-    assert got == expected
-    await _close(writer)
+    await _all_sent(writer, receiving, got, expected)
 
 
 async def test_small_writes_of_any_buffer_arrive_as_they_were_at_write(socks):
@@ -768,10 +774,7 @@ async def test_small_writes_of_any_buffer_arrive_as_they_were_at_write(socks):
             data[:] = array.array("i", bytes(1600))
         if i % 4 == 0:
             await writer.drain()
-    writer.write_eof()
-    await asyncio.wait_for(receiving, 30)
-    assert got == expected
-    await _close(writer)
+    await _all_sent(writer, receiving, got, expected)
 
 
 async def test_large_writes_of_any_buffer_arrive_as_their_bytes(socks):
@@ -787,7 +790,4 @@ async def test_large_writes_of_any_buffer_arrive_as_their_bytes(socks):
                memoryview(chunk)[::2], memoryview(array.array("d", chunk[:400_000]))]
     for data in buffers:
         writer.write(data)
-    writer.write_eof()
-    await asyncio.wait_for(receiving, 30)
-    assert got == b"".join(bytes(memoryview(data)) for data in buffers)
-    await _close(writer)
+    await _all_sent(writer, receiving, got, b"".join(bytes(memoryview(data)) for data in buffers))
