@@ -196,11 +196,11 @@ class IoUring:
         if ret < 0:
             raise os_error(ret)
 
-    def wait(self, timeout: float) -> bool:
-        """Submit what the SQ holds, then block until a CQE is ready: False when
-        none came within `timeout` seconds, or on an error (a closing ring
-        drains with it)."""
-        return lib.aior_wait(self._mapped(), int(timeout * 1000)) >= 0
+    def wait(self, timeout: float) -> int:
+        """Submit what the SQ holds, then block until a CQE is ready: 0, or
+        -ETIME when none came within `timeout` seconds, or another -errno (a
+        closing ring drains with it)."""
+        return int(lib.aior_wait(self._mapped(), int(timeout * 1000)))
 
     def withdraw(self, user_data: int) -> bool:
         """Turn the SQE tagged `user_data`, if the kernel has not read it yet,

@@ -50,6 +50,7 @@ import contextlib
 import errno
 import os
 import sys
+import time
 
 from ._binding import (FEAT_CQE_SKIP, FEAT_NODROP, OP_ASYNC_CANCEL, OP_FSYNC, OP_POLL_ADD, OP_READ,
                        OP_WRITE, SETUP_COOP_TASKRUN, SETUP_SUBMIT_ALL, SETUP_TASKRUN_FLAG, SYNC_OPCODES,
@@ -83,8 +84,12 @@ _SETUP_FLAGS = [SETUP_SUBMIT_ALL | SETUP_COOP_TASKRUN | SETUP_TASKRUN_FLAG, SETU
 # (see _withdraw_cancelled) and skips the others (a stream's sends and receives).
 _AWAITED = 1 << 62
 
-# Closing a ring waits this long for the kernel's next completion at most.
+# Closing a ring waits this long at most for the kernel to let go of what it
+# holds, asking again for the cancellation of what is left whenever no
+# completion came for RECANCEL_WAIT seconds.
 CLOSE_WAIT = 3.0
+RECANCEL_WAIT = 0.05
+_ETIME = -errno.ETIME
 _EBUSY = -errno.EBUSY
 _RETRY_SUBMIT = frozenset((-errno.EAGAIN, -errno.EBUSY, -errno.EINTR))
 
@@ -387,12 +392,15 @@ class Ring(RingBase):
                 self._emulated.clear()
             for op in emulated:
                 self._drop(op, -errno.ECANCELED)
-        drained = True
-        for key, op in list(self._ops.items()):
-            while drained and op is not _CANCEL and not self._prep_cancel(key):
-                drained = self._drain_once()  # room in the SQ comes with completions
+        deadline = time.monotonic() + CLOSE_WAIT
+        drained = self._cancel_held(deadline)
         while drained and self._ops:
-            drained = self._drain_once()
+            drained = self._drain_once(deadline)
+            if drained is None:
+                # Nothing came for a while: a step of a chain may have started
+                # only after its cancellation looked for it (the step before
+                # it was running, out of the cancel's reach).  Ask again.
+                drained = self._cancel_held(deadline)
         if self._ops:
             # The kernel would not say it let go: never free what it may still write.
             _kept_forever.extend(self._ops.values())
@@ -400,11 +408,29 @@ class Ring(RingBase):
         self._mem.exit()
         os.close(self._efd)
 
-    def _drain_once(self) -> bool:
-        """Block for at least one completion and drop what arrived; False on
-        error, or when none came for CLOSE_WAIT seconds (a CQE that will
-        never come: the close then keeps what is left, see close)."""
-        if not self._mem.wait(CLOSE_WAIT):
+    def _cancel_held(self, deadline: float) -> bool | None:
+        """Closing: ask the kernel to cancel every op it holds (see _drain_once
+        for the result)."""
+        drained: bool | None = True
+        for key, op in list(self._ops.items()):
+            while op is not _CANCEL and key in self._ops and not self._prep_cancel(key):
+                drained = self._drain_once(deadline)  # room in the SQ comes with completions
+                if not drained:
+                    return drained
+        return drained
+
+    def _drain_once(self, deadline: float) -> bool | None:
+        """Block for at least one completion and drop what arrived: True if
+        some came; None when none came for RECANCEL_WAIT seconds; False on
+        error, or once `deadline` passed (a CQE that will never come: the
+        close then keeps what is left, see close)."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        ret = self._mem.wait(min(left, RECANCEL_WAIT))
+        if ret == _ETIME:
+            return None
+        if ret < 0:
             return False
         for key, res in self._core.harvest():
             entry = self._ops.pop(key, None)

@@ -205,6 +205,40 @@ def test_closing_the_loop_with_reads_in_flight(new_loop, pipe, loop_errors):
     loop_errors.clear()
 
 
+def test_closing_asks_again_for_a_cancellation_that_found_nothing(new_loop, pipe, monkeypatch, loop_errors):
+    """A step of a chain that starts only after the close's cancellation
+    looked for it is out of that cancellation's reach: when nothing
+    completes, the close asks again (here the first request for each op is
+    lost), and lets go of the read once the kernel did, intact."""
+    r, w = pipe
+    loop = new_loop()
+    buf = bytearray(10)
+    task = loop.create_task(aioring.readinto(r, buf))
+    loop.run_until_complete(asyncio.sleep(0))
+    ring = _loops.get_ring(loop)
+    if not isinstance(ring, _ring.Ring):
+        task.cancel()
+        loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+        return  # (the threads backend interrupts its workers instead)
+    asked = []
+    real = ring._prep_cancel
+
+    def first_lost(key):
+        asked.append(key)
+        return True if asked.count(key) == 1 else real(key)
+
+    monkeypatch.setattr(ring, "_prep_cancel", first_lost)
+    loop.close()
+    assert len(asked) >= 2 and len(set(asked)) == 1
+    assert ring.statistics()["in_flight"] == 0
+    os.write(w, b"after close")
+    assert os.read(r, 100) == b"after close" and buf == bytearray(10)
+    del task
+    gc.collect()
+    assert all("destroyed but it is pending" in ctx["message"] for ctx in loop_errors)
+    loop_errors.clear()
+
+
 def test_run_ends_with_reads_in_flight(new_loop, pipe):
     r, w = pipe
 
