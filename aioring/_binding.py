@@ -103,6 +103,8 @@ def opcodes() -> dict[str, int]:
 
 # ---- flags of the operations -------------------------------------------------
 IOSQE_ASYNC: int = lib.IOSQE_ASYNC
+IOSQE_IO_LINK: int = lib.IOSQE_IO_LINK
+IOSQE_CQE_SKIP_SUCCESS: int = lib.IOSQE_CQE_SKIP_SUCCESS
 FSYNC_DATASYNC: int = lib.IORING_FSYNC_DATASYNC
 MSG_NOSIGNAL: int = lib.MSG_NOSIGNAL
 MSG_WAITALL: int = lib.MSG_WAITALL
@@ -216,19 +218,6 @@ class IoUring:
             return []
         tags = self._tags
         return ffi.unpack(tags, lib.aior_unsubmitted(handle, mask, tags, len(tags)))
-
-    def sq_space(self) -> int:
-        """How many more SQEs can be prepared before the next submit."""
-        return int(lib.aior_sq_space(self._mapped()))
-
-    def link_last(self, quiet: bool = False) -> None:
-        """Flag the SQE prepared last IOSQE_IO_LINK: the next SQE prepared
-        starts only once this one completed in full.  `quiet` adds
-        IOSQE_CQE_SKIP_SUCCESS (IORING_FEAT_CQE_SKIP): no CQE when it
-        completes in full, and when it does not, none for the SQEs linked
-        after it either."""
-        flags = lib.IOSQE_IO_LINK | (lib.IOSQE_CQE_SKIP_SUCCESS if quiet else 0)
-        lib.aior_flag_last(self._mapped(), flags)
 
     def exit(self) -> None:
         """Unmap the queues and close the ring's fd (io_uring_queue_exit), once.

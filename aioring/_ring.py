@@ -52,9 +52,9 @@ import os
 import sys
 import time
 
-from ._binding import (FEAT_CQE_SKIP, FEAT_NODROP, OP_ASYNC_CANCEL, OP_FSYNC, OP_POLL_ADD, OP_READ,
-                       OP_WRITE, SETUP_COOP_TASKRUN, SETUP_SUBMIT_ALL, SETUP_TASKRUN_FLAG, SYNC_OPCODES,
-                       IoUring, opcode_of)
+from ._binding import (FEAT_CQE_SKIP, FEAT_NODROP, IOSQE_CQE_SKIP_SUCCESS, IOSQE_IO_LINK, OP_ASYNC_CANCEL,
+                       OP_FSYNC, OP_POLL_ADD, OP_READ, OP_WRITE, SETUP_COOP_TASKRUN, SETUP_SUBMIT_ALL,
+                       SETUP_TASKRUN_FLAG, SYNC_OPCODES, IoUring, opcode_of)
 from ._core import Op
 from ._ringbase import (_CANCEL, _DONE, _SUBMITTED, _WAITING, DEFAULT_ENTRIES, RingBase, _kept_forever,
                         os_error)
@@ -83,6 +83,9 @@ _SETUP_FLAGS = [SETUP_SUBMIT_ALL | SETUP_COOP_TASKRUN | SETUP_TASKRUN_FLAG, SETU
 # set, so that the flush finds such ops among the unsubmitted SQEs in C
 # (see _withdraw_cancelled) and skips the others (a stream's sends and receives).
 _AWAITED = 1 << 62
+
+# A quiet chain's steps: linked, and no CQE for a step that completed in full.
+_QUIET_LINK = IOSQE_IO_LINK | IOSQE_CQE_SKIP_SUCCESS
 
 # Closing a ring waits this long at most for the kernel to let go of what it
 # holds, asking again for the cancellation of what is left whenever no
@@ -233,21 +236,17 @@ class Ring(RingBase):
             return False
         if self._lacking and any(opcode_of(op.prep, op.args) in self._lacking for op in ops):
             return False  # (an emulated step would not wait for the one before)
-        if self._mem.sq_space() < n:
-            return False
         shared = loop.create_future() if quiet else None
         for op in ops:
             op.future = loop.create_future() if shared is None else shared
             # An ECANCELED is the chain ending before this step, not a
             # worker the kernel could not start: never tried again alone.
             op.cancelled = True
-        last = ops[-1]
-        for op in ops:
-            if not core.start(op, _AWAITED):
-                raise AssertionError("the SQ had room for the chain")
-            if op is not last:
-                self._mem.link_last(quiet)
-        self._schedule_flush(loop)
+        try:
+            if not core.start_chain(ops, _AWAITED, _QUIET_LINK if quiet else IOSQE_IO_LINK):
+                return False  # (no room in the SQ for all of it)
+        finally:
+            self._schedule_flush(loop)  # (also for the steps queued before one refused)
         return True
 
     def _submit_eagerly(self, loop: asyncio.AbstractEventLoop, op: Op) -> None:

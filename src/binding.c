@@ -129,23 +129,6 @@ unsigned aior_unsubmitted(struct io_uring *ring, uint64_t mask,
     return n;
 }
 
-unsigned aior_sq_space(struct io_uring *ring)
-{
-    return io_uring_sq_space_left(ring);
-}
-
-/* The SQE prepared last is the one before the SQ's tail (every prep function
-   gets its SQE there); nothing is done when none is prepared. */
-void aior_flag_last(struct io_uring *ring, unsigned flags)
-{
-    struct io_uring_sq *sq = &ring->sq;
-    unsigned shift = (ring->flags & IORING_SETUP_SQE128) ? 1 : 0;
-
-    if (sq->sqe_tail == IO_URING_READ_ONCE(*sq->khead))
-        return;
-    sq->sqes[((sq->sqe_tail - 1) & sq->ring_mask) << shift].flags |= (__u8)flags;
-}
-
 /* One-shot poll for `mask` on fd. */
 int aior_prep_poll(struct io_uring *ring, int fd, unsigned mask,
                           uint64_t user_data)

@@ -29,11 +29,6 @@ int aior_withdraw(struct io_uring *ring, uint64_t user_data);
    oldest first, up to max; returns how many. */
 unsigned aior_unsubmitted(struct io_uring *ring, uint64_t mask, uint64_t *tags,
                           unsigned max);
-/* How many more SQEs can be prepared before the next submit. */
-unsigned aior_sq_space(struct io_uring *ring);
-/* OR the IOSQE_* bits of flags into the SQE prepared last (IOSQE_IO_LINK:
-   the next SQE prepared starts only once this one completed in full). */
-void aior_flag_last(struct io_uring *ring, unsigned flags);
 
 /* ---- preparing requests ------------------------------------------------ */
 

@@ -899,6 +899,62 @@ core_start(AiorCore *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromUnsignedLongLong(ret ? key : 0);
 }
 
+/* Set `set` and clear `clear` in the flags of the SQE prepared last. */
+static void
+flag_tail(struct io_uring *ring, unsigned set, unsigned clear)
+{
+    struct io_uring_sq *sq = &ring->sq;
+    unsigned shift = (ring->flags & IORING_SETUP_SQE128) ? 1 : 0;
+    struct io_uring_sqe *sqe = &sq->sqes[((sq->sqe_tail - 1) & sq->ring_mask) << shift];
+
+    sqe->flags = (__u8)((sqe->flags | set) & ~clear);
+}
+
+static PyObject *
+core_start_chain(AiorCore *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    unsigned long long tag, key;
+    unsigned long link;
+
+    if (nargs != 3 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "start_chain() takes a list of Ops, tag bits and SQE flags");
+        return NULL;
+    }
+    PyObject *ops = args[0];
+    Py_ssize_t n = PyList_GET_SIZE(ops);
+    tag = PyLong_AsUnsignedLongLong(args[1]);
+    if (tag == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    link = PyLong_AsUnsignedLong(args[2]);
+    if (link == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    if (check_ring(self) < 0)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyObject_TypeCheck(PyList_GET_ITEM(ops, i), &AiorOp_Type)) {
+            PyErr_SetString(PyExc_TypeError, "start_chain() takes a list of Ops");
+            return NULL;
+        }
+    }
+    if (n == 0 || io_uring_sq_space_left(self->ring) < (unsigned)n)
+        Py_RETURN_FALSE;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int ret = aior_start(self, (AiorOp *)PyList_GET_ITEM(ops, i), tag, &key);
+        if (ret <= 0) {
+            /* (the SQ had room, so only what prep raises) The steps already
+               queued end there, as a chain of their own. */
+            if (i > 0)
+                flag_tail(self->ring, 0, (unsigned)link);
+            if (ret == 0)
+                PyErr_SetString(PyExc_RuntimeError, "the SQ had no room left for the chain");
+            return NULL;
+        }
+        if (i < n - 1)
+            flag_tail(self->ring, (unsigned)link, 0);
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyObject *
 core_cancel(AiorCore *self, PyObject *arg)
 {
@@ -983,6 +1039,8 @@ static PyMethodDef core_methods[] = {
      "complete_batch(pairs): dispatch (key, res) results made elsewhere."},
     {"start", (PyCFunction)(void (*)(void))core_start, METH_FASTCALL,
      "start(op, tag=0) -> key: prepare op's SQE and put op in the table (see core.h)."},
+    {"start_chain", (PyCFunction)(void (*)(void))core_start_chain, METH_FASTCALL,
+     "start_chain(ops, tag, link) -> bool: start ops as one chain (see core.h)."},
     {"cancel", (PyCFunction)core_cancel, METH_O,
      "cancel(key) -> bool: prepare an ASYNC_CANCEL of the request `key`."},
     {"harvest", (PyCFunction)core_harvest, METH_NOARGS,

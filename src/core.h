@@ -158,6 +158,14 @@ typedef struct {
  *  OverflowError for args that are not ints of the kinds above, ValueError
  *  for a start and length outside the pin), before anything is queued.
  *
+ * [start_chain(ops, tag, link) -> bool]  start(op, tag) for each op of the
+ *  list `ops`, in order, their SQEs consecutive in the SQ, each but the last
+ *  flagged `link` (IOSQE_IO_LINK, with IOSQE_CQE_SKIP_SUCCESS for a chain
+ *  whose steps but the one ending it complete silently).  False, nothing
+ *  changed, when the SQ has no room for all of them (it is not submitted to
+ *  make room: a submit would cut the chain).  What prep raises leaves the
+ *  steps queued before it as a chain of their own.
+ *
  * [sq_tagged]  Ops started with tag bits since the SQ was last found empty
  *  after a submit: 0 when none can be among the unsubmitted SQEs (policy
  *  then skips looking for them).

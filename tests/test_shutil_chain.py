@@ -124,6 +124,32 @@ async def test_quiet_chain_completes_once_at_the_step_that_ends_it(
     assert ring.statistics()["in_flight"] == 0
 
 
+@pytest.mark.parametrize("quiet", [False, True])
+async def test_a_step_whose_arguments_are_refused_ends_the_chain_before_it(
+        pieces: _Pieces, aioring_backend: str, quiet: bool) -> None:
+    """The TypeError os.splice raises for an fd that is no int comes out of
+    start_chain; the step before it still runs, as a chain of its own, and
+    the step after it is never started."""
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
+    with pytest.raises(TypeError):
+        os.splice("3", pieces.dst_fd, 10)  # type: ignore[arg-type]
+    steps = [_splice(pieces.src_fd, 0, pieces.wfd, -1, 10), _splice("3", -1, pieces.dst_fd, 0, 10),  # type: ignore[arg-type]
+             _splice(pieces.rfd, -1, pieces.dst_fd, 0, 10)]
+    if aioring_backend == "threads":
+        assert ring.start_chain(loop, steps, quiet=quiet) is None  # (no chains: nothing checked yet)
+        return
+    with pytest.raises(TypeError):
+        ring.start_chain(loop, steps, quiet=quiet)  # type: ignore[arg-type]
+    for _ in range(1000):
+        if not ring.statistics()["in_flight"]:
+            break
+        await asyncio.sleep(0)
+    assert ring.statistics()["in_flight"] == 0
+    assert os.read(pieces.rfd, 100) == pieces.data[:10]
+    assert os.fstat(pieces.dst_fd).st_size == 0
+
+
 @pytest.mark.parametrize(("chain", "quiet"), [(0, False), (3, False), (3, True)])
 async def test_chained_copy_from_any_offset_matches_the_source(
         disk_dir: str, chain: int, quiet: bool, monkeypatch: pytest.MonkeyPatch) -> None:

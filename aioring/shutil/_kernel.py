@@ -70,6 +70,7 @@ SPLICE_LANES = 2
 SPLICE_CHAIN = 64
 CHAIN_CHUNK = 1 << 18
 QUIET_CHAIN = True
+CHAIN_LANES = 1
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _PREP_SPLICE = _binding.prep_splice
 _SPLICE_F_MOVE = _binding.SPLICE_F_MOVE
@@ -343,7 +344,7 @@ async def _splice_file(src_fd: int, offset: int, dst_fd: int, shift: int) -> int
     # lanes' chains would write the destination side by side (io-wq does not
     # order linked splices by their inode: measured, the writers spin on its lock).
     if SPLICE_CHAIN and get_ring(asyncio.get_running_loop()).fd >= 0:
-        lanes, size = 1, CHAIN_CHUNK
+        lanes, size = CHAIN_LANES, CHAIN_CHUNK
     else:
         lanes, size = SPLICE_LANES, SPLICE_CHUNK
     ends = await together([_lane(src_fd, dst_fd, shift, taken, writing, size) for _ in range(lanes)])
