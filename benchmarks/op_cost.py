@@ -20,6 +20,11 @@ counts are not.  Each workload runs in one process on one event loop:
               (one op = one read)
 * preadinto4k ``aioring.readinto(fd, buf, offset)`` the same, into one 4 KiB
               bytearray
+* cold4k      ``aioring.read(fd, 4096, offset)`` by 64 tasks at random offsets
+              of a 256 MiB file whose pages are dropped first (one op = one
+              read from the disk; see cold_reads.py).  Under callgrind the
+              disk answers sooner for the program's slower pace, so more
+              completions share a wakeup than in a timed run
 
 ``--callgrind`` runs each workload twice under ``valgrind --tool=callgrind``,
 with --ops and with 2 x --ops operations, and prints the difference of the two
@@ -47,7 +52,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".data"
-WORKLOADS = ("echo", "tls_echo", "echo64k", "echo_into", "small_files", "pread4k", "preadinto4k")
+WORKLOADS = ("echo", "tls_echo", "echo64k", "echo_into", "small_files", "pread4k", "preadinto4k",
+             "cold4k")
 FRAME = 1024
 HDR = struct.Struct(">Q")
 
@@ -174,6 +180,37 @@ async def preadinto4k(ops: int) -> None:
         os.close(fd)
 
 
+COLD_SIZE = 256 << 20
+COLD_TASKS = 64
+
+
+async def cold4k(ops: int) -> None:
+    import random
+
+    import aioring
+
+    path = DATA / "op_cost_cold"
+    if not path.exists() or path.stat().st_size != COLD_SIZE:
+        DATA.mkdir(exist_ok=True)
+        with open(path, "wb") as f:
+            for _ in range(COLD_SIZE >> 20):
+                f.write(os.urandom(1 << 20))
+            os.fsync(f.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    blocks = COLD_SIZE // 4096
+
+    async def one(seed: int, n: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(n):
+            if len(await aioring.read(fd, 4096, rng.randrange(blocks) * 4096)) != 4096:
+                raise AssertionError("short read")
+    try:
+        await asyncio.gather(*(one(ops * COLD_TASKS + i, ops // COLD_TASKS) for i in range(COLD_TASKS)))
+    finally:
+        os.close(fd)
+
+
 async def tls_echo(ops: int) -> None:
     import ssl
 
@@ -189,7 +226,8 @@ async def tls_echo(ops: int) -> None:
 
 RUNS: dict[str, Callable[[int], Awaitable[None]]] = {"echo": echo, "tls_echo": tls_echo, "echo64k": echo64k,
                                                         "echo_into": echo_into, "small_files": small_files,
-                                                        "pread4k": pread4k, "preadinto4k": preadinto4k}
+                                                        "pread4k": pread4k, "preadinto4k": preadinto4k,
+                                                        "cold4k": cold4k}
 
 
 def run_once(workload: str, ops: int, loop: str) -> float:

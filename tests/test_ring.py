@@ -562,17 +562,20 @@ def test_a_keyboard_interrupt_in_the_completion_loop_loses_no_completion(new_loo
     def tracer(frame, event, arg):
         return local if frame.f_code is code else None
 
-    pipes = [os.pipe() for _ in range(8)]
+    # (Receives: their finish function is called from the dispatch.)
+    pairs = [socket.socketpair() for _ in range(8)]
+    for a, _ in pairs:
+        a.setblocking(False)
     loop = new_loop()
     try:
         async def start():
-            reads = asyncio.gather(*(aioring.read(r, 5) for r, _ in pipes))
-            await asyncio.sleep(0)  # the reads are in flight
+            reads = asyncio.gather(*(aioring.sock_recv(a, 5) for a, _ in pairs))
+            await asyncio.sleep(0)  # the receives are in flight
             return reads
 
         reads = loop.run_until_complete(start())
-        for i, (_, w) in enumerate(pipes):
-            os.write(w, b"%05d" % i)
+        for i, (_, b) in enumerate(pairs):
+            b.send(b"%05d" % i)
         sys.settrace(tracer)
         try:
             with pytest.raises(KeyboardInterrupt):
@@ -584,9 +587,9 @@ def test_a_keyboard_interrupt_in_the_completion_loop_loses_no_completion(new_loo
         assert got == [b"%05d" % i for i in range(8)]
     finally:
         loop.close()
-        for fds in pipes:
-            for fd in fds:
-                os.close(fd)
+        for a, b in pairs:
+            a.close()
+            b.close()
 
 
 _SETUP_LINES = {
