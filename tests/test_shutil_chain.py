@@ -150,13 +150,16 @@ async def test_a_step_whose_arguments_are_refused_ends_the_chain_before_it(
     assert os.fstat(pieces.dst_fd).st_size == 0
 
 
-@pytest.mark.parametrize(("chain", "quiet"), [(0, False), (3, False), (3, True)])
+@pytest.mark.parametrize(("chain", "quiet", "lanes"),
+                         [(0, False, 1), (3, False, 1), (3, True, 1), (3, True, 2)])
 async def test_chained_copy_from_any_offset_matches_the_source(
-        disk_dir: str, chain: int, quiet: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        disk_dir: str, chain: int, quiet: bool, lanes: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Chains of 3 chunks, some of them broken by a start off the page
-    boundary and by the end of the file; or a splice at a time."""
+    boundary and by the end of the file, by one lane or two side by side;
+    or a splice at a time."""
     monkeypatch.setattr(_kernel, "SPLICE_CHAIN", chain)
     monkeypatch.setattr(_kernel, "QUIET_CHAIN", quiet)
+    monkeypatch.setattr(_kernel, "CHAIN_LANES", lanes)
     src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
     data = os.urandom(7 * _kernel.SPLICE_CHUNK + 1234)  # (CHAIN_CHUNK is smaller)
     with open(src, "wb") as f:
