@@ -159,7 +159,13 @@ extern PyTypeObject AiorSender_Type;
  *  exact), the op in the table, _into_out set, _into_got = start, _flush
  *  called.  `waiter` (done() and set_result()) is woken when the receive
  *  ends: after one CQE, or when exact once the buffer is full, at EOF, on
- *  an error, a cancellation, closing or pause.  False (nothing changed)
+ *  an error, a cancellation, closing or pause.  An exact receive of a
+ *  socket from start > 0 on (the rest of a frame whose start came already)
+ *  first takes what the socket holds with one recv(2) that does not wait:
+ *  when that fills the buffer (or finds EOF, _into_res 0) the receive ends
+ *  there, the waiter woken before this returns, with no ring op; else the
+ *  ring receives the rest (should the SQ stay full, the receive ends short
+ *  with what came, _into_res > 0).  False (nothing changed)
  *  when policy has to receive: no _core or its ring detached, no
  *  _into_op, a receive out, closing, paused, or the SQ stays full.
  *  Raises ValueError for a start outside the buffer, and what the buffer

@@ -688,6 +688,43 @@ async def test_incomplete_read_error_carries_the_partial_bytes(socks, impl, arri
         await _close(writer)
 
 
+@pytest.mark.parametrize("end", ["frame", "eof"])
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_a_large_frame_after_its_header_comes_whole(socks, impl, end):
+    """A frame's header read alone, then a payload larger than what a read
+    receives ahead, most of it in the socket already: the payload whole and
+    in order; at EOF the bytes that came, as asyncio's readexactly gives them."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await _streams(impl, a)
+    payload = _payload(70_000)
+    sent = payload if end == "frame" else payload[:50_000]
+
+    def peer() -> None:
+        b.sendall(struct.pack(">Q", len(payload)) + sent)
+        b.shutdown(socket.SHUT_WR)
+
+    thread = threading.Thread(target=peer)
+    thread.start()
+    try:
+        if impl == "aioring":
+            hdr = bytearray(8)
+            assert await reader.readinto_exactly(hdr) == 8
+            buf = bytearray(struct.unpack(">Q", hdr)[0])
+            read = functools.partial(reader.readinto_exactly, buf)
+        else:
+            read = functools.partial(reader.readexactly, struct.unpack(">Q", await reader.readexactly(8))[0])
+        if end == "frame":
+            got = await read()
+            assert (buf if impl == "aioring" else got) == payload
+        else:
+            with pytest.raises(asyncio.IncompleteReadError) as info:
+                await read()
+            assert (info.value.partial, info.value.expected) == (sent, len(payload))
+    finally:
+        thread.join()
+    await _close(writer)
+
+
 async def test_readinto_at_eof_and_with_empty_buffers(socks):
     a, b = _tcp_pair(socks)
     reader, writer = await aioring.open_connection(sock=a)
