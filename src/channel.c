@@ -133,6 +133,8 @@ schedule_flush(AiorRecv *rx)
 {
     if (rx->flush == NULL || rx->flush == Py_None)
         return 0;
+    if (rx->core != NULL && AiorCore_Check(rx->core) && aior_flush_scheduled((AiorCore *)rx->core))
+        return 0; /* (it submits the SQE: no call into policy) */
     PyObject *r = PyObject_CallNoArgs(rx->flush);
     if (r == NULL)
         return -1;
@@ -275,7 +277,7 @@ recv_deliver(AiorRecv *rx, PyObject *arg)
 static AiorCore *
 into_core(AiorRecv *rx)
 {
-    if (is_none_obj(rx->core) || is_none_obj(rx->into_op))
+    if (is_none_obj(rx->core) || is_none_obj(rx->into_op) || !AiorCore_Check(rx->core))
         return NULL;
     AiorCore *core = (AiorCore *)rx->core;
     return core->ring != NULL ? core : NULL;
@@ -693,6 +695,10 @@ sender_write(AiorSender *tx, PyObject *data)
             PyErr_SetString(PyExc_RuntimeError, "a send queue without its ring");
             return NULL;
         }
+        int deferred = !is_none(tx->core) && AiorCore_Check(tx->core)
+                           ? aior_defer((AiorCore *)tx->core, tx->send_soon) : 0;
+        if (deferred != 0)
+            return deferred < 0 ? NULL : Py_NewRef(Py_None);
         PyObject *r = PyObject_CallOneArg(tx->defer, tx->send_soon);
         if (r == NULL)
             return NULL;
@@ -894,6 +900,7 @@ sender_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     tx->drain_waiters = Py_NewRef(Py_None);
     tx->defer = Py_NewRef(Py_None);
     tx->send_soon = Py_NewRef(Py_None);
+    tx->core = Py_NewRef(Py_None);
     tx->fd = -1;
     tx->rwf_nowait = RWF_NOWAIT;
     tx->direct = 1;
@@ -910,6 +917,7 @@ sender_traverse(AiorSender *tx, visitproc visit, void *arg)
     Py_VISIT(tx->drain_waiters);
     Py_VISIT(tx->defer);
     Py_VISIT(tx->send_soon);
+    Py_VISIT(tx->core);
     return 0;
 }
 
@@ -923,6 +931,7 @@ sender_clear(AiorSender *tx)
     Py_CLEAR(tx->drain_waiters);
     Py_CLEAR(tx->defer);
     Py_CLEAR(tx->send_soon);
+    Py_CLEAR(tx->core);
     return 0;
 }
 
@@ -946,7 +955,7 @@ static PyMethodDef sender_methods[] = {
 static PyMemberDef sender_members[] = {
     TX_OBJ("_pending", pending), TX_OBJ("_sending", sending), TX_OBJ("_write_exc", write_exc),
     TX_OBJ("_pooled", pooled), TX_OBJ("_drain_waiters", drain_waiters), TX_OBJ("_defer", defer),
-    TX_OBJ("_send_soon", send_soon),
+    TX_OBJ("_send_soon", send_soon), TX_OBJ("_core", core),
     {"_pending_size", T_PYSSIZET, offsetof(AiorSender, pending_size), 0, NULL},
     {"_sent_total", T_LONGLONG, offsetof(AiorSender, sent_total), 0, NULL},
     {"_fd", T_INT, offsetof(AiorSender, fd), 0, NULL},
