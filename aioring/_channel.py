@@ -415,15 +415,9 @@ class _Receiver(_Side, _ReceiveTarget):
             reader.feed_eof()
         return True
 
-    def arm(self, ahead: int = _CHUNK) -> None:
+    def arm(self) -> None:
         """Start a receive into the reader's buffer; its CQE feeds the reader
-        (data, EOF or the error) and wakes its waiter, maybe before this returns.
-
-        `ahead`: the most it receives (the core re-arms it with the same
-        length).  A reader that waits for a frame's header with
-        readinto_exactly asks for less than a chunk: the payload that follows
-        is received straight into the caller's buffer (when it is large)
-        rather than copied twice, into the reader's buffer and out of it."""
+        (data, EOF or the error) and wakes its waiter, maybe before this returns."""
         op = self._op
         if op is None or self._closing or self._paused:
             if self._closing:
@@ -437,9 +431,6 @@ class _Receiver(_Side, _ReceiveTarget):
         try:
             if op.prep is None:
                 op.pin(self, True)  # the core's chunk, until its CQE (a poll holds no buffer)
-                args = op.args
-                if args[3] != ahead:
-                    op.args = (args[0], args[1], 0, ahead, args[4], 0)
             self._ring.restart(self._loop, op)
         except BaseException as exc:
             if op.state == _OP_WAITING:  # it never reached the kernel

@@ -264,7 +264,7 @@ class StreamReader(asyncio.StreamReader):
                     waiter = self._waiter = self._loop.create_future()
                     try:
                         if not rx._armed:
-                            rx.arm(_READ_AHEAD)  # (a large payload after it goes straight to its buffer)
+                            rx.arm()
                         await waiter
                     finally:
                         self._waiter = None
