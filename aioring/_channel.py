@@ -714,6 +714,7 @@ class _SendQueue(_Side, _SendTarget):
         # (stream offset of their end, memory).
         self._defer = self._ring.defer
         self._send_soon = self._send_now
+        self._core = self._ring._core  # (its flush scheduled: write() defers in C)
         self._rwf_nowait = _RWF_NOWAIT
         self._op: Op | None = None  # the op of every ring send, started again each time
         self._keep: Any = None  # what the send in flight points to, besides op.args

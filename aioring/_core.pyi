@@ -39,6 +39,8 @@ class Core:
     next_key: int
     sq_pending: int
     sq_tagged: int
+    flush_handle: Any  # the flush's asyncio.Handle, or None
+    deferred: list[Callable[[], None]]
     cq_due: bool
     def __init__(self, owner: Any, address: int, ops: dict[int, Op], cancel_entry: Op,
                  release: Callable[[Any], None], os_error: Callable[[int], OSError],
@@ -94,6 +96,7 @@ class Sender:
     _drain_waiters: list[Any] | None
     _defer: Callable[[Callable[[], None]], None] | None
     _send_soon: Callable[[], None] | None
+    _core: Core | None
     _sent_total: int
     _fd: int
     _rwf_nowait: int

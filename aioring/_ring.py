@@ -174,14 +174,15 @@ class Ring(RingBase):
         op.cancelled = False
         if self._lacking and self._emulate(loop, op):
             return
-        if not self._core.start(op):
+        core = self._core
+        if not core.start(op):
             op.state = _WAITING  # the kernel takes no SQE now
             self._waiting.appendleft(op)
             self._schedule_flush(loop)
             return
-        if self._flush_handle is None:
+        if core.flush_handle is None:
             # As in _launch: the first operation of the iteration goes at once.
-            self._flush_handle = loop.call_soon(self._flush)
+            core.flush_handle = loop.call_soon(self._flush)
             self._eager_task = _task_of(loop)
             self._eager_left = EAGER_RUN if self._solo else 0
             self._submit_eagerly(loop, op)
@@ -206,9 +207,9 @@ class Ring(RingBase):
             self._waiting.appendleft(op)
             self._schedule_flush(loop)
             return op
-        if self._flush_handle is None:
+        if core.flush_handle is None:
             # First operation of this loop iteration: submit it now (hybrid).
-            self._flush_handle = loop.call_soon(self._flush)
+            core.flush_handle = loop.call_soon(self._flush)
             self._eager_task = _task_of(loop)
             self._eager_left = EAGER_RUN if self._solo else 0
             self._submit_eagerly(loop, op)
@@ -307,7 +308,7 @@ class Ring(RingBase):
             if self._core.sq_tagged:  # (awaited ops among the unsubmitted SQEs)
                 self._withdraw_cancelled()
             self._submit()
-            if self._core.sq_pending:
+            if self._core.sq_pending and self._core.flush_handle is None:
                 self._schedule_flush()  # the kernel stopped short of the batch
         elif self._core.cq_due:
             # Muted, or completions wait (a peer's receive on this ring that
@@ -332,7 +333,7 @@ class Ring(RingBase):
             if ret not in _RETRY_SUBMIT:
                 raise os_error(ret)
             # The kernel could not take the SQEs now; they stay queued.
-            self._flush_handle = None
+            self._core.flush_handle = None
             self._schedule_flush()
         if self._waiting:
             # The completions freed room (and a poll may have requeued an op):

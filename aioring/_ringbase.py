@@ -145,8 +145,9 @@ class RingBase(abc.ABC):
                           self._on_retry, self._on_strand, asyncio.InvalidStateError)
         self._waiting: deque[Op] = deque()
         self._limit = cap
-        self._deferred: list[Callable[[], None]] = []
-        self._flush_handle: asyncio.Handle | None = None
+        # The core holds the flush's handle (None: no flush scheduled) and its
+        # deferred callbacks (see defer), so that a stream's targets in C
+        # see a flush already scheduled without calling here.
         self._eager_task: asyncio.Task[Any] | None = None
         self._eager_left = 0
         self._solo = True
@@ -292,12 +293,13 @@ class RingBase(abc.ABC):
         """The flush's submit: what the iteration queued goes to the kernel."""
 
     def _schedule_flush(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        if self._flush_handle is None and not self._closed:
+        core = self._core
+        if core.flush_handle is None and not self._closed:
             if loop is None:
                 loop = self._loop_ref()
                 if loop is None or loop.is_closed():
                     return
-            self._flush_handle = loop.call_soon(self._flush)
+            core.flush_handle = loop.call_soon(self._flush)
 
     def _new_key(self) -> int:
         """A key for a request made without an SQE (the core's keys: never reused)."""
@@ -310,44 +312,46 @@ class RingBase(abc.ABC):
         """Call `callback` at this iteration's flush, just before it submits,
         so that the operations it starts leave in the same batch (a stream's
         writes of the iteration).  Cheaper than a call_soon each."""
-        self._deferred.append(callback)
+        self._core.deferred.append(callback)
         self._schedule_flush()
 
     def _flush(self) -> None:
+        core = self._core
         try:
             self._eager_task = None
             self._eager_left = 0
             if self._closed:
-                self._flush_handle = None
+                core.flush_handle = None
                 return
-            deferred = self._deferred
+            deferred = core.deferred
             if deferred:
                 # The sends they make may complete a receive on this ring (a
                 # peer in the same loop): muted, its CQE is harvested by this
                 # flush's submit instead of waking the loop again.
-                self._core.mute()
+                core.mute()
                 # Still flagged as flushing: what they start is queued, not eager.
                 callbacks = iter(deferred)
                 try:
-                    self._deferred = []
+                    core.deferred = []
                     for callback in callbacks:
                         callback()
                 except BaseException:
-                    if self._deferred is not deferred:
-                        self._deferred[:0] = callbacks  # the others still run, at the next flush
+                    if core.deferred is not deferred:
+                        core.deferred[:0] = callbacks  # the others still run, at the next flush
                     raise
-            self._flush_handle = None
+            core.flush_handle = None
             if self._stranded:
                 self._complete_stranded()
-            self._release_waiting()
+            if self._waiting:
+                self._release_waiting()
             self._submit_queued()
         except BaseException as exc:
             # A KeyboardInterrupt (raised at any line by the default SIGINT
             # handler): the flush must come again, or nothing queued would
             # ever reach the kernel.  (An error goes to the loop's handler,
             # and the next operation schedules the flush.)
-            self._flush_handle = None
-            if not isinstance(exc, Exception) or self._core.cq_due:
+            core.flush_handle = None
+            if not isinstance(exc, Exception) or core.cq_due:
                 self._schedule_flush()  # (muted: only a submit turns the eventfd on again)
             raise
 
@@ -544,9 +548,10 @@ class RingBase(abc.ABC):
         self._closed = True
         if loop is not None and not loop.is_closed():
             loop.remove_reader(self._efd)
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
+        handle = self._core.flush_handle
+        if handle is not None:
+            handle.cancel()
+            self._core.flush_handle = None
         self._drop_stranded()
         while self._waiting:
             op = self._waiting.popleft()

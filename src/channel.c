@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <linux/io_uring.h>
 #include <structmember.h>
 
 #ifndef RWF_NOWAIT
@@ -132,6 +133,8 @@ schedule_flush(AiorRecv *rx)
 {
     if (rx->flush == NULL || rx->flush == Py_None)
         return 0;
+    if (rx->core != NULL && AiorCore_Check(rx->core) && aior_flush_scheduled((AiorCore *)rx->core))
+        return 0; /* (it submits the SQE: no call into policy) */
     PyObject *r = PyObject_CallNoArgs(rx->flush);
     if (r == NULL)
         return -1;
@@ -274,7 +277,7 @@ recv_deliver(AiorRecv *rx, PyObject *arg)
 static AiorCore *
 into_core(AiorRecv *rx)
 {
-    if (is_none_obj(rx->core) || is_none_obj(rx->into_op))
+    if (is_none_obj(rx->core) || is_none_obj(rx->into_op) || !AiorCore_Check(rx->core))
         return NULL;
     AiorCore *core = (AiorCore *)rx->core;
     return core->ring != NULL ? core : NULL;
@@ -324,6 +327,35 @@ end_into(AiorRecv *rx, int res)
     return ret;
 }
 
+/* The rest of a frame whose start came already is most likely in the socket
+   too: one receive that does not wait takes what is there into the pinned
+   buffer (op's view, from into_got on), counted in into_got, without a ring
+   receive or a wake-up.  The bytes taken (0: EOF), or -1 when none were
+   (nothing there, an error the ring's receive then meets, or not a socket). */
+static Py_ssize_t
+receive_at_once(AiorRecv *rx, AiorOp *op)
+{
+    PyObject *tmpl = op->args;
+    if (!PyTuple_CheckExact(tmpl) || PyTuple_GET_SIZE(tmpl) < 2)
+        return -1;
+    long opcode = PyLong_AsLong(PyTuple_GET_ITEM(tmpl, 0));
+    long fd = PyLong_AsLong(PyTuple_GET_ITEM(tmpl, 1));
+    if (PyErr_Occurred()) {
+        PyErr_Clear(); /* (start_into raises it) */
+        return -1;
+    }
+    if (opcode != IORING_OP_RECV)
+        return -1;
+    Py_ssize_t length = rx->into_end - rx->into_got;
+    if (length > AIOR_MAX_RW)
+        length = AIOR_MAX_RW;
+    ssize_t n = recv((int)fd, (char *)op->view.buf + rx->into_got, (size_t)length, MSG_DONTWAIT);
+    if (n < 0)
+        return -1;
+    rx->into_got += n;
+    return n;
+}
+
 static PyObject *
 recv_receive_into(AiorRecv *rx, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -355,11 +387,27 @@ recv_receive_into(AiorRecv *rx, PyObject *const *args, Py_ssize_t nargs)
     rx->into_end = op->view.len;
     rx->into_exact = (char)exact;
     rx->into_res = 0;
+    Py_ssize_t taken = exact && start > 0 ? receive_at_once(rx, op) : -1;
+    if (taken == 0 || rx->into_got == rx->into_end) {
+        /* All of it (or EOF) there and then: no receive, the waiter woken now. */
+        aior_unpin(op);
+        rx->into_res = (int)taken;
+        if (wake_future(args[3], NULL) < 0)
+            return NULL;
+        Py_RETURN_TRUE;
+    }
     int ret = start_into(rx, core, op);
     if (ret <= 0) {
         aior_unpin(op);
         if (ret < 0)
             return NULL;
+        if (taken > 0) {
+            /* (the SQ stays full: what came at once is its outcome, short) */
+            rx->into_res = (int)taken;
+            if (wake_future(args[3], NULL) < 0)
+                return NULL;
+            Py_RETURN_TRUE;
+        }
         Py_RETURN_FALSE;
     }
     rx->into_out = 1;
@@ -647,6 +695,10 @@ sender_write(AiorSender *tx, PyObject *data)
             PyErr_SetString(PyExc_RuntimeError, "a send queue without its ring");
             return NULL;
         }
+        int deferred = !is_none(tx->core) && AiorCore_Check(tx->core)
+                           ? aior_defer((AiorCore *)tx->core, tx->send_soon) : 0;
+        if (deferred != 0)
+            return deferred < 0 ? NULL : Py_NewRef(Py_None);
         PyObject *r = PyObject_CallOneArg(tx->defer, tx->send_soon);
         if (r == NULL)
             return NULL;
@@ -848,6 +900,7 @@ sender_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     tx->drain_waiters = Py_NewRef(Py_None);
     tx->defer = Py_NewRef(Py_None);
     tx->send_soon = Py_NewRef(Py_None);
+    tx->core = Py_NewRef(Py_None);
     tx->fd = -1;
     tx->rwf_nowait = RWF_NOWAIT;
     tx->direct = 1;
@@ -864,6 +917,7 @@ sender_traverse(AiorSender *tx, visitproc visit, void *arg)
     Py_VISIT(tx->drain_waiters);
     Py_VISIT(tx->defer);
     Py_VISIT(tx->send_soon);
+    Py_VISIT(tx->core);
     return 0;
 }
 
@@ -877,6 +931,7 @@ sender_clear(AiorSender *tx)
     Py_CLEAR(tx->drain_waiters);
     Py_CLEAR(tx->defer);
     Py_CLEAR(tx->send_soon);
+    Py_CLEAR(tx->core);
     return 0;
 }
 
@@ -900,7 +955,7 @@ static PyMethodDef sender_methods[] = {
 static PyMemberDef sender_members[] = {
     TX_OBJ("_pending", pending), TX_OBJ("_sending", sending), TX_OBJ("_write_exc", write_exc),
     TX_OBJ("_pooled", pooled), TX_OBJ("_drain_waiters", drain_waiters), TX_OBJ("_defer", defer),
-    TX_OBJ("_send_soon", send_soon),
+    TX_OBJ("_send_soon", send_soon), TX_OBJ("_core", core),
     {"_pending_size", T_PYSSIZET, offsetof(AiorSender, pending_size), 0, NULL},
     {"_sent_total", T_LONGLONG, offsetof(AiorSender, sent_total), 0, NULL},
     {"_fd", T_INT, offsetof(AiorSender, fd), 0, NULL},

@@ -30,7 +30,9 @@
  *       _core        the Core that re-arms the op (None: never re-arms;
  *                    the threads backend, an emulated opcode).
  *       _flush       called (no arguments) after a re-arm, so that the SQE
- *                    it prepared is submitted (the ring's flush).
+ *                    it prepared is submitted (the ring's flush); not
+ *                    called while _core's flush is scheduled already
+ *                    (aior_flush_scheduled).
  *       _rearm_max   a completion of fewer bytes than this re-arms (bulk
  *                    data, larger, is left to the reader's direct receive
  *                    into its own buffer); 0: never.
@@ -111,6 +113,10 @@ extern PyTypeObject AiorRecv_Type;
  *                      wait (RWF_NOWAIT)
  *       _defer         the ring's defer(callback)
  *       _send_soon     what _defer is given: the bound _send_now
+ *       _core          the ring's Core (None: none): with its flush
+ *                      scheduled already, write() appends _send_soon to
+ *                      its deferred callbacks itself (aior_defer) instead
+ *                      of calling _defer
  */
 #define AIOR_JOIN_MAX (16 * 1024)
 /* Buffers other than bytes this large are copied by policy, into memory it
@@ -122,7 +128,7 @@ extern PyTypeObject AiorRecv_Type;
 
 typedef struct {
     PyObject_HEAD
-    PyObject *pending, *sending, *write_exc, *pooled, *drain_waiters, *defer, *send_soon;
+    PyObject *pending, *sending, *write_exc, *pooled, *drain_waiters, *defer, *send_soon, *core;
     Py_ssize_t pending_size;
     long long sent_total;
     int fd;
@@ -159,7 +165,13 @@ extern PyTypeObject AiorSender_Type;
  *  exact), the op in the table, _into_out set, _into_got = start, _flush
  *  called.  `waiter` (done() and set_result()) is woken when the receive
  *  ends: after one CQE, or when exact once the buffer is full, at EOF, on
- *  an error, a cancellation, closing or pause.  False (nothing changed)
+ *  an error, a cancellation, closing or pause.  An exact receive of a
+ *  socket from start > 0 on (the rest of a frame whose start came already)
+ *  first takes what the socket holds with one recv(2) that does not wait:
+ *  when that fills the buffer (or finds EOF, _into_res 0) the receive ends
+ *  there, the waiter woken before this returns, with no ring op; else the
+ *  ring receives the rest (should the SQ stay full, the receive ends short
+ *  with what came, _into_res > 0).  False (nothing changed)
  *  when policy has to receive: no _core or its ring detached, no
  *  _into_op, a receive out, closing, paused, or the SQ stays full.
  *  Raises ValueError for a start outside the buffer, and what the buffer

@@ -222,6 +222,12 @@ core_init(AiorCore *self, PyObject *args, PyObject *kwds)
     set_field(&self->retry, retry);
     set_field(&self->strand, strand);
     set_field(&self->invalid_state, invalid);
+    set_field(&self->flush_handle, Py_None);
+    PyObject *deferred = PyList_New(0);
+    if (deferred == NULL)
+        return -1;
+    set_field(&self->deferred, deferred);
+    Py_DECREF(deferred);
     self->next_key = 1;
     return 0;
 }
@@ -237,6 +243,8 @@ core_traverse(AiorCore *self, visitproc visit, void *arg)
     Py_VISIT(self->retry);
     Py_VISIT(self->strand);
     Py_VISIT(self->invalid_state);
+    Py_VISIT(self->flush_handle);
+    Py_VISIT(self->deferred);
     return 0;
 }
 
@@ -251,6 +259,8 @@ core_clear(AiorCore *self)
     Py_CLEAR(self->retry);
     Py_CLEAR(self->strand);
     Py_CLEAR(self->invalid_state);
+    Py_CLEAR(self->flush_handle);
+    Py_CLEAR(self->deferred);
     return 0;
 }
 
@@ -333,6 +343,20 @@ aior_call_method1(PyObject *obj, PyObject *name, PyObject *arg)
 {
     PyObject *args[2] = {obj, arg};
     return PyObject_VectorcallMethod(name, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+int
+aior_flush_scheduled(AiorCore *core)
+{
+    return core->flush_handle != NULL && core->flush_handle != Py_None;
+}
+
+int
+aior_defer(AiorCore *core, PyObject *callback)
+{
+    if (!aior_flush_scheduled(core) || core->deferred == NULL || !PyList_CheckExact(core->deferred))
+        return 0;
+    return PyList_Append(core->deferred, callback) < 0 ? -1 : 1;
 }
 
 /* 1 if the future is done, 0 if not, -1 on error. */
@@ -1060,6 +1084,8 @@ static PyMemberDef core_members[] = {
     {"completions", T_LONGLONG, offsetof(AiorCore, completions), 0, NULL},
     {"next_key", T_ULONGLONG, offsetof(AiorCore, next_key), 0, NULL},
     {"sq_tagged", T_PYSSIZET, offsetof(AiorCore, sq_tagged), 0, NULL},
+    {"flush_handle", T_OBJECT, offsetof(AiorCore, flush_handle), 0, NULL},
+    {"deferred", T_OBJECT, offsetof(AiorCore, deferred), 0, NULL},
     {NULL},
 };
 
@@ -1077,7 +1103,7 @@ static PyGetSetDef core_getset[] = {
     {NULL},
 };
 
-static PyTypeObject AiorCore_Type = {
+PyTypeObject AiorCore_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "aioring._core.Core",
     .tp_doc = "One ring's in-flight table, harvest and dispatch (see core.h).",

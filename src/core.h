@@ -107,6 +107,9 @@ typedef struct {
     PyObject *strand;      /* policy for CQEs an exception left unhandled */
     PyObject *invalid_state; /* asyncio.InvalidStateError (set_result on a
                                 cancelled future) */
+    PyObject *flush_handle;/* policy's: the flush scheduled for this loop
+                              iteration (its handle), or None */
+    PyObject *deferred;    /* policy's: the callbacks of that flush (a list) */
     Py_ssize_t unbounded;  /* unbounded ops in the table */
     char muted;            /* the eventfd's notification is off (mute) */
     Py_ssize_t sq_tagged;  /* SQEs started with tag bits since the SQ was
@@ -114,6 +117,9 @@ typedef struct {
     unsigned long long next_key; /* keys are never reused */
     long long submit_calls, wakeups, completions;
 } AiorCore;
+
+extern PyTypeObject AiorCore_Type;
+#define AiorCore_Check(obj) (Py_TYPE(obj) == &AiorCore_Type)
 
 /* Entry points of Op (Python names in brackets):
  *
@@ -204,6 +210,12 @@ typedef struct {
  *
  * [detach() -> None]  The ring is about to be unmapped (closed, or a forked
  *  child's copy): the core never touches it again.
+ *
+ * [flush_handle], [deferred]  Policy's flush of the loop iteration: its
+ *  handle while one is scheduled (None otherwise), and the list of callbacks
+ *  it calls before it submits (ring.defer).  Policy sets both; the core only
+ *  reads them, so that a stream's targets skip the call into policy when the
+ *  flush is scheduled already (aior_flush_scheduled, aior_defer).
  */
 
 /* The core's C entry points for the channel's targets (src/channel.c):
@@ -222,6 +234,17 @@ typedef struct {
 int aior_start(AiorCore *core, AiorOp *op, unsigned long long tag, unsigned long long *key);
 void aior_unpin(AiorOp *op);
 int aior_future_done(PyObject *fut);
+
+/* aior_flush_scheduled(core) -> 1 | 0  Whether policy's flush is scheduled
+ *  for this iteration (core->flush_handle is not None): what it submits
+ *  then needs no call into policy.
+ *
+ * aior_defer(core, callback) -> 1 | 0 | -1  What ring.defer(callback) does
+ *  when the flush is scheduled already: callback appended to core->deferred
+ *  (1).  0 (nothing done) when it is not, or deferred is not a list: the
+ *  caller asks policy.  -1 with an exception set. */
+int aior_flush_scheduled(AiorCore *core);
+int aior_defer(AiorCore *core, PyObject *callback);
 PyObject *aior_call_method1(PyObject *obj, PyObject *name, PyObject *arg);
 
 #endif

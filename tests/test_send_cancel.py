@@ -93,7 +93,7 @@ async def test_cancelling_an_unsubmitted_send_takes_its_sqe_back(socks):
     ring = _loops.get_ring(loop)
     a, b = _pair(socks)
     _fill(a)
-    flush = ring._flush_handle
+    flush = ring._core.flush_handle
     if flush is None:  # begin an iteration whose flush is still to come
         ring._schedule_flush(loop)
     data = b"x" * 100

@@ -341,6 +341,28 @@ async def test_reads_of_what_already_arrived_take_it_at_once(socks):
     await _close(writer)
 
 
+async def test_the_rest_of_a_frame_already_arrived_is_taken_at_once(socks):
+    """The rest of a large frame whose start was read with its header, all
+    in the socket by the time it is read: taken without a ring operation."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await aioring.open_connection(sock=a)
+    payload = _payload(70_000)
+    b.sendall(struct.pack(">Q", len(payload)) + payload[:1000])
+    hdr = bytearray(8)
+    assert await reader.readinto_exactly(hdr) == 8
+    while len(reader._buffer) < 1000:  # (the frame's start, received with its header)
+        await asyncio.sleep(0)
+    b.sendall(payload[1000:])
+    await asyncio.to_thread(_until_readable, a)
+    statistics()
+    before = statistics()["submit_calls"], statistics()["completions"]
+    buf = bytearray(struct.unpack(">Q", hdr)[0])
+    assert await reader.readinto_exactly(buf) == len(payload) and buf == payload
+    if aioring.backend() == "io_uring":
+        assert (statistics()["submit_calls"], statistics()["completions"]) == before  # no ring op
+    await _close(writer)
+
+
 def _until_readable(sock: socket.socket) -> None:
     select.select([sock], [], [])
 
@@ -686,6 +708,44 @@ async def test_incomplete_read_error_carries_the_partial_bytes(socks, impl, arri
         assert reader.at_eof()
         assert await reader.read() == b""
         await _close(writer)
+
+
+@pytest.mark.parametrize("end", ["frame", "eof"])
+@pytest.mark.parametrize("impl", IMPLS)
+async def test_a_large_frame_after_its_header_comes_whole(socks, impl, end):
+    """A frame's header read alone, then a payload of several TCP segments,
+    part of it received with the header and the rest in the socket or still
+    coming: the payload whole and in order; at EOF the bytes that came, as
+    asyncio's readexactly gives them."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await _streams(impl, a)
+    payload = _payload(70_000)
+    sent = payload if end == "frame" else payload[:50_000]
+
+    def peer() -> None:
+        b.sendall(struct.pack(">Q", len(payload)) + sent)
+        b.shutdown(socket.SHUT_WR)
+
+    thread = threading.Thread(target=peer)
+    thread.start()
+    try:
+        if impl == "aioring":
+            hdr = bytearray(8)
+            assert await reader.readinto_exactly(hdr) == 8
+            buf = bytearray(struct.unpack(">Q", hdr)[0])
+            read = functools.partial(reader.readinto_exactly, buf)
+        else:
+            read = functools.partial(reader.readexactly, struct.unpack(">Q", await reader.readexactly(8))[0])
+        if end == "frame":
+            got = await read()
+            assert (buf if impl == "aioring" else got) == payload
+        else:
+            with pytest.raises(asyncio.IncompleteReadError) as info:
+                await read()
+            assert (info.value.partial, info.value.expected) == (sent, len(payload))
+    finally:
+        thread.join()
+    await _close(writer)
 
 
 async def test_readinto_at_eof_and_with_empty_buffers(socks):
