@@ -381,8 +381,14 @@ class AiofilesContextManager(Awaitable[_T], AbstractAsyncContextManager[_T], Gen
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
                         exc_tb: TracebackType | None) -> None:
+        obj = self._obj
+        pending = getattr(obj, "_pending", None)  # (a temporary directory has none)
+        if pending is not None and pending.closes_at_once():  # (_exit's first case, without its coroutine)
+            self._obj = None
+            pending.close()
+            return
         try:
-            await self._obj._exit(exc_type, exc_val, exc_tb)
+            await obj._exit(exc_type, exc_val, exc_tb)
         finally:
             self._obj = None
 
