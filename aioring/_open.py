@@ -15,12 +15,17 @@ import functools
 import io
 import os
 import stat
+import warnings
 from typing import Any
 
 from . import _pathops
-from ._file import RingFileIO
+from ._binding import AT_FDCWD as _AT_FDCWD
+from ._core import fstat_brief, read_whole_now
+from ._file import REST_MAX, REST_MIN, RingFileIO
+from ._ops import _yield_keeping, pace
+from ._rawfile import _FS_CLOSES_AT_ONCE, _closes_at_once
 
-__all__ = ["check_open", "line_terminator", "open_stack", "text_encoding"]
+__all__ = ["UnbuiltReader", "check_open", "line_terminator", "open_reader", "open_stack", "text_encoding"]
 
 
 def text_encoding(encoding: str | None) -> str:
@@ -163,10 +168,18 @@ async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: 
                     raise TypeError("expected integer from opener")
                 if fd < 0:
                     raise ValueError(f"opener returned {fd}")
+    return await _stack(fd, name, plan, mode, buffering, encoding, errors, newline, closefd, shared_offset)
+
+
+async def _stack(fd: int, name: Any, plan: tuple[str, bool, bool, int], mode: str, buffering: int,
+                 encoding: str | None, errors: str | None, newline: str | None, closefd: bool,
+                 shared_offset: bool, st: os.stat_result | None = None) -> tuple[Any, bool]:
+    """open_stack's part once `fd` is open (`st`: its fstat, if asked already)."""
     rawmode, binary, plus, _ = plan
     owned = closefd
     try:
-        st = os.fstat(fd)
+        if st is None:
+            st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             if stat.S_ISDIR(st.st_mode):
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), name)
@@ -217,3 +230,113 @@ async def open_stack(file: Any, mode: str = "r", buffering: int = -1, encoding: 
             raw.defer = False
         await raw.drain()
         raise
+
+
+# -- a reader whose stack is built when first needed ------------------------
+
+_RB_FLAGS = os.O_RDONLY | os.O_CLOEXEC
+_RB_PLAN = ("r", True, False, _RB_FLAGS)
+_S_ISREG = stat.S_ISREG
+
+
+class UnbuiltReader:
+    """A regular file that open(path, "rb") opened (every other argument
+    left to its default), before its stack is built.
+
+    Most such files are read whole and closed; that needs neither the
+    RingFileIO nor the BufferedReader over it, whose making costs as much
+    as the open itself.  So until anything else is asked of the file, the
+    async wrapper holds only this: the fd, what fstat said of it at the
+    open (fstat_brief), and the position that read_rest_now moved to.
+    build() then makes exactly the stack open_stack makes, at that
+    position; the file is the stack's from then on.  Unclosed and dropped,
+    it warns and closes its fd as the stack's finalizer does."""
+
+    __slots__ = ("closed", "facts", "fd", "name", "pos", "taken")
+
+    def __init__(self, fd: int, name: str, facts: tuple[int, int, int, int, int]) -> None:
+        self.fd = fd
+        self.name = name
+        self.facts = facts  # (st_mode, st_size, st_dev, st_ino, st_blksize)
+        self.pos = 0
+        self.closed = False  # closed before its stack was built
+        self.taken = False  # the fd is its stack's
+
+    def read_rest_now(self) -> bytes | None:
+        """read() from the position to end of file, at once from the page
+        cache, as the stack's read_rest_now; None: the stack's turn."""
+        pos = self.pos
+        n = self.facts[1] - pos
+        if self.taken or self.closed or not REST_MIN <= n <= REST_MAX:
+            return None
+        out = read_whole_now(self.fd, n, pos)  # (the kernel fills it: never zeroed)
+        if out is not None:
+            self.pos = pos + n
+        return out
+
+    def closes_at_once(self) -> bool:
+        """Whether close() needs no ring: as RingFileIO.closes_at_once."""
+        if self.taken:
+            return False
+        dev = self.facts[2]
+        known = _FS_CLOSES_AT_ONCE.get(dev)
+        return _closes_at_once(self.fd, dev) if known is None else known
+
+    def close(self) -> None:
+        """Close the fd at once (closes_at_once said so), as the stack's close."""
+        if not self.closed:
+            self.closed = True
+            os.close(self.fd)
+
+    def build(self) -> Any:
+        """The stack open_stack makes for this file, at the position reached;
+        closed if the file is (its name, mode and errors then those of a
+        closed stack: made over a placeholder fd, as the file's own is gone)."""
+        mode, size, dev, ino, blksize = self.facts
+        bufsize = blksize if blksize > 1 else io.DEFAULT_BUFFER_SIZE
+        closed = self.closed
+        if closed:
+            fd = os.open(os.devnull, _RB_FLAGS)
+            st = os.stat_result((mode, ino, dev, 1, 0, 0, size, 0, 0, 0))
+        else:
+            fd = self.fd
+            st = os.fstat(fd)
+        try:
+            raw = RingFileIO(fd, "rb", self.name, True, st)
+        except BaseException:
+            if closed:
+                os.close(fd)
+            raise
+        raw.pos = self.pos
+        raw.bufsize = bufsize
+        self.taken = True
+        buffer = io.BufferedReader(raw, bufsize)
+        if closed:
+            buffer.close()
+        return buffer
+
+    def __del__(self) -> None:
+        if not (self.taken or self.closed):
+            self.closed = True
+            warnings.warn(f"unclosed file <_io.BufferedReader name={self.name!r}>", ResourceWarning,
+                          stacklevel=2, source=self)
+            os.close(self.fd)
+
+
+async def open_reader(file: str) -> Any:
+    """open_stack(file, "rb"): an UnbuiltReader for a regular file, else the stack."""
+    encoded = _pathops._encode(file, "open")
+    fd = _pathops._opened_now(_AT_FDCWD, encoded, _RB_FLAGS, file)
+    if fd < 0:
+        fd = await _pathops.open_after(file, encoded, _RB_FLAGS, 0o666, None, fd)
+    elif pace():
+        await _yield_keeping()
+    try:
+        facts = fstat_brief(fd)
+    except BaseException:
+        await _pathops.close(fd)
+        raise
+    if _S_ISREG(facts[0]):
+        return UnbuiltReader(fd, file, facts)
+    file_object, _ = await _stack(fd, file, _RB_PLAN, "rb", -1, None, None, None, True, False)
+    return file_object

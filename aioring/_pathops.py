@@ -151,12 +151,19 @@ async def open_encoded(path: Path, encoded: bytes, flags: int, mode: int, dir_fd
         if pace():
             await _yield_keeping()
         return fd
-    fallback = functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)
-    held = _binding.fifo_held(fd)
+    return await open_after(path, encoded, flags, mode, dir_fd, fd)
+
+
+async def open_after(path: Path, encoded: bytes, flags: int, mode: int, dir_fd: int | None,
+                     tried: int) -> int:
+    """open_encoded's rest after _opened_now answered `tried` (negative):
+    a FIFO's read end waits for its writer, any other open goes to the ring."""
+    held = _binding.fifo_held(tried)
     if held >= 0:
         return await _fifo_reader(held)
+    fallback = functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)
     return await _call(_binding.OP_OPENAT, fallback, _binding.prep_openat,
-                       (dfd, encoded, flags, mode), filename=path)
+                       (_dir_fd(dir_fd), encoded, flags, mode), filename=path)
 
 
 async def _fifo_reader(fd: int) -> int:

@@ -9,10 +9,13 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._file import RingFileIO, ring_raw
 from ._ops import pace
+
+if TYPE_CHECKING:
+    from ._open import UnbuiltReader
 
 __all__ = ["AiofilesContextManager", "AsyncBase", "AsyncFileBase", "AsyncIndirectBase", "wrap"]
 
@@ -48,12 +51,38 @@ class AsyncBase:
     threadpool.wrap) each call runs in `executor` as aiofiles runs it.
     """
 
+    # A file aioring opened "rb" whose stack is not built yet (see
+    # _open.UnbuiltReader): `_file` and `_raw` are then unset, and the first
+    # look at either builds them (__getattr__).
+    _pending: UnbuiltReader | None = None
+
     def __init__(self, file: Any, loop: asyncio.AbstractEventLoop | None,
                  executor: Executor | None) -> None:
         self._file = file
         self._executor = executor
         self._ref_loop = loop
         self._raw: RingFileIO | None = ring_raw(file)
+
+    @classmethod
+    def unbuilt(cls, pending: UnbuiltReader, loop: asyncio.AbstractEventLoop | None,
+                executor: Executor | None) -> Any:
+        """The async file over `pending`, whose stack is built when first needed."""
+        self = cls.__new__(cls)
+        self._executor = executor
+        self._ref_loop = loop
+        self._pending = pending
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        # (Only reached when `name` is not set: the stack of an unbuilt file.)
+        pending = self.__dict__.get("_pending")
+        if pending is None or name not in ("_file", "_raw"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        file = pending.build()
+        self._file = file
+        self._raw = ring_raw(file)
+        self._pending = None
+        return self._file if name == "_file" else self._raw
 
     @property
     def _loop(self) -> asyncio.AbstractEventLoop:
@@ -84,6 +113,10 @@ class AsyncBase:
         """The file's __exit__, for AiofilesContextManager.__aexit__: through
         the ring to its end even if the task is cancelled meanwhile; for other
         objects in the loop's default executor, as aiofiles."""
+        pending = self._pending
+        if pending is not None and pending.closes_at_once():
+            pending.close()
+            return
         if self._closes_at_once():
             self._file.__exit__(*exc_info)
             return
@@ -253,6 +286,10 @@ class AsyncFileBase(AsyncBase):
 
     async def close(self) -> None:
         """io.IOBase.close, awaited: the same arguments, result and exceptions."""
+        pending = self._pending
+        if pending is not None and pending.closes_at_once():
+            pending.close()
+            return
         if self._closes_at_once():
             self._file.close()
             return
@@ -276,22 +313,27 @@ class AsyncFileBase(AsyncBase):
 
     def fileno(self) -> int:
         """As io.IOBase.fileno: the same arguments, result and exceptions."""
+        pending = self._pending
+        if pending is not None and not pending.closed:
+            return pending.fd
         return self._file.fileno()
 
     @property
     def closed(self) -> bool:
         """Whether the file is closed, as io.IOBase.closed."""
-        return self._file.closed
+        pending = self._pending
+        return pending.closed if pending is not None else self._file.closed
 
     @property
     def name(self) -> Any:
         """The wrapped file's name, as the stdlib file object's `name`."""
-        return self._file.name
+        pending = self._pending
+        return pending.name if pending is not None else self._file.name
 
     @property
     def mode(self) -> str:
         """The mode the file was opened with, as the stdlib file object's `mode`."""
-        return self._file.mode
+        return "rb" if self._pending is not None else self._file.mode
 
 
 class AsyncIndirectBase(AsyncBase):
@@ -339,8 +381,14 @@ class AiofilesContextManager(Awaitable[_T], AbstractAsyncContextManager[_T], Gen
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
                         exc_tb: TracebackType | None) -> None:
+        obj = self._obj
+        pending = getattr(obj, "_pending", None)  # (a temporary directory has none)
+        if pending is not None and pending.closes_at_once():  # (_exit's first case, without its coroutine)
+            self._obj = None
+            pending.close()
+            return
         try:
-            await self._obj._exit(exc_type, exc_val, exc_tb)
+            await obj._exit(exc_type, exc_val, exc_tb)
         finally:
             self._obj = None
 

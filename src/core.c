@@ -4,6 +4,7 @@
 #include "core.h"
 #include "channel.h"
 #include "fileops.h"
+#include "wholefile.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -1141,7 +1142,7 @@ PyInit__core(void)
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL)
         return NULL;
-    if (aior_channel_add_types(m) < 0 || aior_fileops_add(m) < 0) {
+    if (aior_channel_add_types(m) < 0 || aior_fileops_add(m) < 0 || aior_wholefile_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -17,7 +17,7 @@ from io import (BufferedIOBase, BufferedRandom, BufferedReader, BufferedWriter, 
 from typing import Any
 
 from .._file import RingFileIO
-from .._open import open_stack
+from .._open import UnbuiltReader, open_reader, open_stack
 from ..base import AiofilesContextManager, AsyncBase
 from .binary import (
     AsyncBufferedIOBase,
@@ -45,8 +45,25 @@ def open(file: Any, mode: str = "r", buffering: int = -1, encoding: str | None =
     AsyncBufferedIOBase or AsyncFileIO, by mode).  Nothing happens until it is
     awaited; every error of builtin open is raised then, identical in type,
     errno and message."""
+    if (type(file) is str and mode == "rb" and buffering == -1 and type(buffering) is int
+            and encoding is None and errors is None and newline is None and closefd is True
+            and opener is None):
+        return AiofilesContextManager(_open_reader(file, loop, executor))  # (the most common open)
     return AiofilesContextManager(_open(file, mode, buffering, encoding, errors, newline, closefd,
                                         opener, loop=loop, executor=executor))
+
+
+async def _open_reader(file: str, loop: asyncio.AbstractEventLoop | None,
+                       executor: Executor | None) -> Any:
+    """_open(file, "rb"): a regular file's stack is built when first needed."""
+    if sync_open is not builtins.open:
+        return await _open(file, "rb", loop=loop, executor=executor)
+    if loop is None:
+        loop = asyncio.get_running_loop()
+    f = await open_reader(file)
+    if type(f) is UnbuiltReader:
+        return AsyncBufferedReader.unbuilt(f, loop, executor)
+    return wrap(f, loop=loop, executor=executor)
 
 
 async def _open(file: Any, mode: str = "r", buffering: int = -1, encoding: str | None = None,

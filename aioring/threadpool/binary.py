@@ -134,12 +134,23 @@ class AsyncBufferedIOBase(_BinaryBase):
 
     async def read(self, size: Any = -1) -> bytes:
         """io.BufferedIOBase.read, awaited: the same arguments, result and exceptions."""
-        raw = self._raw
-        if raw is None:
-            return await self._call("read", None, size)
         rest = size is None or (type(size) is int and size < 0)
-        if rest and pace():
-            await asyncio.sleep(0)  # (a task reading cached files would not yield otherwise)
+        if self._pending is None:
+            raw = self._raw
+            if raw is None:
+                return await self._call("read", None, size)
+            if rest and pace():
+                await asyncio.sleep(0)  # (a task reading cached files would not yield otherwise)
+        else:  # (a file read whole is read before its stack is built)
+            if rest:
+                if pace():
+                    await asyncio.sleep(0)
+                pending = self._pending  # (the sleep may have let another call build it)
+                data = pending.read_rest_now() if pending is not None else None
+                if data is not None:
+                    return data
+            raw = self._raw
+            assert raw is not None
         if not raw.busy and not raw.queue and not raw.closed and raw.readable():
             if rest:
                 data = self._read_rest_now(raw)
