@@ -418,18 +418,6 @@ class Filling:
         ffi.release(self._export)
 
 
-def read_whole_now(fd: int, out: bytes, pos: int) -> int:
-    """Fill `out` (a new bytes object, as Filling) with fd's bytes at pos from
-    the page cache when they are all cached and the file ends there exactly:
-    0, or -EAGAIN when not (the ring's turn), or -errno."""
-    export = ffi.from_buffer(_CHARS, out, False)
-    try:
-        res: int = lib.aior_read_whole_now(fd, export, len(out), pos)
-        return res
-    finally:
-        ffi.release(export)
-
-
 class Exports:
     """Exports of Python buffers (ffi.from_buffer) that a binding request
     names, held in its `keep` until the CQE.  release() lets them go, so that

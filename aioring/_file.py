@@ -37,7 +37,7 @@ import os
 import sys
 from typing import Any
 
-from . import _binding, _ops, _pathops
+from . import _binding, _core, _ops, _pathops
 from ._binding import Filling, VectorRead
 from ._ops import YIELD_EVERY, _unyielded, pace  # noqa: F401 (the tests read and set them here)
 from ._loops import get_ring
@@ -53,7 +53,7 @@ DIRECT_READ = 64 * 1024  # binary reads this large skip the window
 _REST_SPARE = 4096  # read(-1) reads this much past the size it knows: the end shows
 REST_MIN = 2  # (bytes of length 0 and 1 are shared objects: never filled)
 REST_MAX = _ops.MAX_RW - _REST_SPARE
-_read_whole_now = _binding.read_whole_now
+_read_whole_now = _core.read_whole_now
 
 
 class RingFileIO(RawFile):
@@ -342,8 +342,7 @@ def read_rest_now(raw: RingFileIO, n: int) -> bytes | None:
     bytes (REST_MIN <= n <= REST_MAX), at once from the page cache: a new
     bytes object that the kernel fills, as os.read fills the one it returns,
     when the file is all cached and ends there; else None (read_rest's turn)."""
-    out = _ops.new_bytes(n)
-    return None if _read_whole_now(raw._fd, out, raw.pos) else out
+    return _read_whole_now(raw._fd, n, raw.pos)
 
 
 async def read_rest(raw: RingFileIO, n: int) -> tuple[bytes, bool]:

@@ -530,40 +530,11 @@ int aior_open_now(int dfd, const char *path, int flags)
     return fd;
 }
 
-/* A file's rest read at once from the page cache: exactly n bytes at pos
-   into out, where the file ends.  0 when that is so; otherwise -EAGAIN (a
-   part is not cached, or the file is no longer n bytes long past pos) or
-   -errno, and the caller reads through the ring.  A spare buffer past n
-   shows a file that grew; a one-byte read past n tells the end of the file
-   from a page that is not cached (either stops a read at n). */
 #ifdef RWF_NOWAIT
 #define AIOR_RWF_NOWAIT RWF_NOWAIT
 #else
 #define AIOR_RWF_NOWAIT 0x00000008
 #endif
-
-int aior_read_whole_now(int fd, char *out, unsigned n, int64_t pos)
-{
-    char spare[4096], probe[1];
-    struct iovec iov[2];
-    ssize_t got;
-
-    iov[0].iov_base = out;
-    iov[0].iov_len = n;
-    iov[1].iov_base = spare;
-    iov[1].iov_len = sizeof spare;
-    got = preadv2(fd, iov, 2, pos, AIOR_RWF_NOWAIT);
-    if (got < 0)
-        return -errno;
-    if ((size_t)got != n)
-        return -EAGAIN;
-    iov[0].iov_base = probe;
-    iov[0].iov_len = 1;
-    got = preadv2(fd, iov, 1, pos + n, AIOR_RWF_NOWAIT);
-    if (got < 0)
-        return -errno;
-    return got == 0 ? 0 : -EAGAIN;
-}
 
 /* A read or write at the fd's own position (offset -1) that does not wait:
    what a pipe, a socket or a terminal holds or has room for now, the page

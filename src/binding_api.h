@@ -130,9 +130,6 @@ int aior_stop_request(unsigned long thread, int sig, int request);
    open would wait on, -(AIOR_FIFO_HELD + fd): that fd, still non-blocking,
    for the caller to wait with until a writer came. */
 int aior_open_now(int dfd, const char *path, int flags);
-/* Exactly n bytes at pos into out from the page cache, where the file ends:
-   0, or -EAGAIN (the ring's turn), or -errno. */
-int aior_read_whole_now(int fd, char *out, unsigned n, int64_t pos);
 /* A read (write = 0) or write at the fd's position that does not wait: the
    count when complete, -errno when nothing moved, or AIOR_PARTIAL + the
    count when the ring must do the rest of a regular file. */

@@ -148,7 +148,7 @@ def ring_reads(monkeypatch: pytest.MonkeyPatch, python_tries: None) -> None:
     def not_cached(*args: object) -> int:
         raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
     monkeypatch.setattr(_ops, "_preadv", not_cached)
-    monkeypatch.setattr(_file, "_read_whole_now", lambda *args: -errno.EAGAIN)
+    monkeypatch.setattr(_file, "_read_whole_now", lambda *args: None)
 
 
 @pytest.fixture
