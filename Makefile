@@ -18,6 +18,8 @@ test: lint
 
 # The suite on every supported CPython that pyenv (or PATH) has: 3.10 to 3.13,
 # less the versions in SKIP_VERSIONS (CI skips the one `make test` just ran).
+# pytest runs a worker per CPU here (pytest-xdist): most tests wait on the
+# kernel rather than the CPU, so two workers on two CPUs take half the time.
 SKIP_VERSIONS ?=
 test-all: system-deps
 	@set -e; ran=""; \
@@ -29,7 +31,7 @@ test-all: system-deps
 	  [ -x .venv-$$v/bin/python ] || $$py -m venv .venv-$$v; \
 	  .venv-$$v/bin/python -m pip install -q -e '.[test]'; \
 	  echo "== Python $$v ($$py)"; \
-	  .venv-$$v/bin/python -m pytest -q; \
+	  .venv-$$v/bin/python -m pytest -q -n auto; \
 	  .venv-$$v/bin/python tests/aiofiles_suite.py; \
 	  .venv-$$v/bin/python tests/stdlib_suite.py; \
 	  ran="$$ran $$v"; \
