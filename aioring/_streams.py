@@ -268,6 +268,10 @@ class StreamReader(asyncio.StreamReader):
                         await waiter
                     finally:
                         self._waiter = None
+                if len(buffered) == n:  # (the common case: one copy, no slice made)
+                    buf[:] = buffered
+                    buffered.clear()
+                    return n
                 buf[:] = buffered[:n]  # same length: a bytearray is not resized
                 del buffered[:n]
                 return n
