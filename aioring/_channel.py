@@ -295,8 +295,8 @@ class _Receiver(_Side, _ReceiveTarget):
     (_received): EOF, errors, closing and pause.  Its _reader, _armed,
     _closing and _paused are the C side's fields."""
 
-    __slots__ = ("_channel", "_fd", "_held", "_is_socket", "_loop", "_op", "_owner", "_paused_skip",
-                 "_pull_backoff", "_pull_skip", "_read_op", "_resumed", "_ring", "_scratch")
+    __slots__ = ("_channel", "_held", "_loop", "_op", "_owner", "_paused_skip", "_read_op", "_resumed",
+                 "_ring")
 
     _reader: StreamReader | None
 
@@ -323,6 +323,7 @@ class _Receiver(_Side, _ReceiveTarget):
         # each time (up to 64) while tries keep finding nothing.
         self._pull_skip = 0
         self._pull_backoff = 1
+        self._rwf_nowait = _RWF_NOWAIT
         # pause_reading(): nothing is received until resume_reading() (the
         # reader's reads wait), as with asyncio's transport.
         self._paused = False
@@ -372,48 +373,15 @@ class _Receiver(_Side, _ReceiveTarget):
             resumed.set_result(None)
 
     # ------------------------------------------------ into the reader's buffer
-    def pull_due(self) -> bool:
-        """Whether the next read tries pull (else it goes to the ring)."""
-        if self._pull_skip:
-            self._pull_skip -= 1
-            return False
-        return True
+    # pull_due() and pull(), the reads that do not wait, are the core's
+    # (src/channel.h): a recv(2) or preadv2(2) into the thread's scratch
+    # buffer, appended to the reader's buffer, with no Python frame.
 
-    def pull(self) -> bool:
-        """Feed the reader what the fd holds right now, without waiting.
-        True if that fed it data or EOF (an error is set on the reader and
-        raised, as its waiter would raise it); False: nothing there, the
-        ring's turn (which also ends a read of a closed stream)."""
-        if self._closing:
-            return False
-        view = self._scratch
-        reader = self._reader
-        assert reader is not None
-        try:
-            if self._is_socket:
-                n = self._owner.recv_into(view, _CHUNK, _DONTWAIT)
-            else:
-                n = os.preadv(self._fd, [view], -1, _RWF_NOWAIT)
-        except BlockingIOError:
-            self._pull_skip = self._pull_backoff
-            if self._pull_backoff < 64:
-                self._pull_backoff *= 2
-            return False
-        except OSError as exc:
-            if exc.errno is None or exc.errno in _NO_DIRECT:
-                self._pull_skip = _RING_ONLY  # (a kernel without RWF_NOWAIT for pipes): the ring only
-                return False
-            self._channel._fail(exc)
-            raise  # (as the waiter would have)
-        except (TypeError, ValueError, AttributeError):
-            self._pull_skip = _RING_ONLY  # not a plain socket or fd: the ring only
-            return False
-        self._pull_backoff = 1
-        if n:
-            reader._buffer += view[:n]  # feed_data, less a transport's needs
-        else:
-            reader.feed_eof()
-        return True
+    def _pull_failed(self, err: int) -> None:
+        """pull()'s error that ends the connection: raised, as the waiter would have."""
+        exc = os_error(-err)
+        self._channel._fail(exc)
+        raise exc
 
     def arm(self) -> None:
         """Start a receive into the reader's buffer; its CQE feeds the reader

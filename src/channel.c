@@ -16,7 +16,7 @@
 #define RWF_NOWAIT 0x00000008
 #endif
 
-static PyObject *str_buffer, *str_waiter, *str_received, *str_set_result;
+static PyObject *str_buffer, *str_waiter, *str_received, *str_set_result, *str_feed_eof, *str_pull_failed;
 
 static int
 is_none_obj(PyObject *obj)
@@ -58,14 +58,14 @@ reader_buffer(AiorRecv *rx)
     return buf;
 }
 
-/* Append the chunk's first n bytes to buf (feed_data, less a transport's needs). */
+/* Append n bytes from src to buf (feed_data, less a transport's needs). */
 static int
-append(AiorRecv *rx, PyObject *buf, Py_ssize_t n)
+append(const char *src, PyObject *buf, Py_ssize_t n)
 {
     Py_ssize_t size = PyByteArray_GET_SIZE(buf);
     if (PyByteArray_Resize(buf, size + n) < 0)
         return -1;
-    memcpy(PyByteArray_AS_STRING(buf) + size, rx->chunk, (size_t)n);
+    memcpy(PyByteArray_AS_STRING(buf) + size, src, (size_t)n);
     return 0;
 }
 
@@ -150,7 +150,7 @@ deliver(AiorRecv *rx, AiorCore *core, AiorOp *op, int res)
     PyObject *buf = reader_buffer(rx);
     if (buf == NULL)
         return -1;
-    if (append(rx, buf, res) < 0) {
+    if (append(rx->chunk, buf, res) < 0) {
         Py_DECREF(buf);
         return -1;
     }
@@ -196,6 +196,9 @@ recv_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     rx->core = Py_NewRef(Py_None);
     rx->flush = Py_NewRef(Py_None);
     rx->into_op = Py_NewRef(Py_None);
+    rx->pull_backoff = 1;
+    rx->fd = -1;
+    rx->rwf_nowait = RWF_NOWAIT;
     return (PyObject *)rx;
 }
 
@@ -208,6 +211,7 @@ recv_traverse(AiorRecv *rx, visitproc visit, void *arg)
     Py_VISIT(rx->into_op);
     Py_VISIT(rx->into_buf);
     Py_VISIT(rx->into_waiter);
+    Py_VISIT(rx->scratch);
     return 0;
 }
 
@@ -220,6 +224,7 @@ recv_clear(AiorRecv *rx)
     Py_CLEAR(rx->into_op);
     Py_CLEAR(rx->into_buf);
     Py_CLEAR(rx->into_waiter);
+    Py_CLEAR(rx->scratch);
     return 0;
 }
 
@@ -469,6 +474,82 @@ failed: {
     }
 }
 
+/* ------------------------------------------- reads that do not wait */
+
+static PyObject *
+recv_pull_due(AiorRecv *rx, PyObject *unused)
+{
+    if (rx->pull_skip) {
+        rx->pull_skip--;
+        Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+recv_pull(AiorRecv *rx, PyObject *unused)
+{
+    Py_buffer view;
+    ssize_t n;
+    int err;
+
+    if (rx->closing || no_reader(rx))
+        Py_RETURN_FALSE;
+    if (rx->scratch == NULL || PyObject_GetBuffer(rx->scratch, &view, PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        rx->pull_skip = AIOR_RING_ONLY; /* (nothing to read into: the ring only) */
+        Py_RETURN_FALSE;
+    }
+    size_t len = view.len < AIOR_RECV_CHUNK ? (size_t)view.len : AIOR_RECV_CHUNK;
+    if (rx->is_socket) {
+        n = recv(rx->fd, view.buf, len, MSG_DONTWAIT);
+    } else {
+        struct iovec iov = {view.buf, len};
+        n = preadv2(rx->fd, &iov, 1, -1, rx->rwf_nowait);
+    }
+    err = errno;
+    if (n <= 0) {
+        PyBuffer_Release(&view);
+        if (n == 0) {
+            rx->pull_backoff = 1;
+            PyObject *r = PyObject_CallMethodNoArgs(rx->reader, str_feed_eof);
+            if (r == NULL)
+                return NULL;
+            Py_DECREF(r);
+            Py_RETURN_TRUE;
+        }
+        if (err == EAGAIN || err == EWOULDBLOCK) {
+            rx->pull_skip = rx->pull_backoff;
+            if (rx->pull_backoff < 64)
+                rx->pull_backoff *= 2;
+            Py_RETURN_FALSE;
+        }
+        if (err == EINTR)
+            Py_RETURN_FALSE; /* (the ring's turn) */
+        if (err == EOPNOTSUPP || err == EINVAL || err == ENOSYS || err == ENOTSOCK) {
+            rx->pull_skip = AIOR_RING_ONLY; /* (a kernel without RWF_NOWAIT for pipes) */
+            Py_RETURN_FALSE;
+        }
+        PyObject *num = PyLong_FromLong(err);
+        if (num == NULL)
+            return NULL;
+        PyObject *r = aior_call_method1((PyObject *)rx, str_pull_failed, num);
+        Py_DECREF(num);
+        Py_XDECREF(r);
+        if (r != NULL)
+            PyErr_SetString(PyExc_SystemError, "_pull_failed() returned");
+        return NULL;
+    }
+    rx->pull_backoff = 1;
+    PyObject *buf = reader_buffer(rx);
+    int ret = buf == NULL ? -1 : append(view.buf, buf, n);
+    Py_XDECREF(buf);
+    PyBuffer_Release(&view);
+    if (ret < 0)
+        return NULL;
+    Py_RETURN_TRUE;
+}
+
 static int
 recv_getbuffer(AiorRecv *rx, Py_buffer *view, int flags)
 {
@@ -498,6 +579,10 @@ static PyMethodDef recv_methods[] = {
      "_deliver(res): append the chunk's first res bytes to the reader's buffer, wake its waiter."},
     {"_receive_into", (PyCFunction)(void (*)(void))recv_receive_into, METH_FASTCALL,
      "_receive_into(buffer, start, exact, waiter) -> bool: receive into the caller's buffer (see channel.h)."},
+    {"pull_due", (PyCFunction)recv_pull_due, METH_NOARGS,
+     "pull_due() -> bool: whether the next wait tries pull() first (see channel.h)."},
+    {"pull", (PyCFunction)recv_pull, METH_NOARGS,
+     "pull() -> bool: feed the reader what the fd holds, without waiting (see channel.h)."},
     {"_into_done", (PyCFunction)recv_into_done, METH_O,
      "_into_done(res): the sink of the receive into the caller's buffer (see channel.h)."},
     {NULL},
@@ -517,6 +602,12 @@ static PyMemberDef recv_members[] = {
     {"_into_waiter", T_OBJECT, offsetof(AiorRecv, into_waiter), 0, NULL},
     {"_into_got", T_PYSSIZET, offsetof(AiorRecv, into_got), READONLY, NULL},
     {"_into_res", T_INT, offsetof(AiorRecv, into_res), READONLY, NULL},
+    {"_scratch", T_OBJECT_EX, offsetof(AiorRecv, scratch), 0, NULL},
+    {"_pull_skip", T_ULONGLONG, offsetof(AiorRecv, pull_skip), 0, NULL},
+    {"_pull_backoff", T_ULONGLONG, offsetof(AiorRecv, pull_backoff), 0, NULL},
+    {"_fd", T_INT, offsetof(AiorRecv, fd), 0, NULL},
+    {"_rwf_nowait", T_INT, offsetof(AiorRecv, rwf_nowait), 0, NULL},
+    {"_is_socket", T_BOOL, offsetof(AiorRecv, is_socket), 0, NULL},
     {NULL},
 };
 
@@ -990,6 +1081,8 @@ aior_channel_add_types(PyObject *module)
     str_waiter = PyUnicode_InternFromString("_waiter");
     str_received = PyUnicode_InternFromString("_received");
     str_set_result = PyUnicode_InternFromString("set_result");
+    str_feed_eof = PyUnicode_InternFromString("feed_eof");
+    str_pull_failed = PyUnicode_InternFromString("_pull_failed");
     str_write = PyUnicode_InternFromString("_write");
     str_append = PyUnicode_InternFromString("append");
     str_clear = PyUnicode_InternFromString("clear");
@@ -997,6 +1090,7 @@ aior_channel_add_types(PyObject *module)
     str_sent = PyUnicode_InternFromString("_sent");
     str_after_send = PyUnicode_InternFromString("_after_send");
     if (str_buffer == NULL || str_waiter == NULL || str_received == NULL || str_set_result == NULL ||
+        str_feed_eof == NULL || str_pull_failed == NULL ||
         str_write == NULL || str_append == NULL || str_clear == NULL || str_send == NULL ||
         str_sent == NULL || str_after_send == NULL)
         return -1;

@@ -71,6 +71,8 @@
 /* What one receive into the chunk takes at most (asyncio's socket
    transport receives 256 KiB at a time). */
 #define AIOR_RECV_CHUNK (256 * 1024)
+/* _pull_skip of a receiver whose reads that do not wait fail: never again. */
+#define AIOR_RING_ONLY (1ULL << 62)
 
 typedef struct {
     PyObject_HEAD
@@ -92,6 +94,12 @@ typedef struct {
     int waitall;           /* _waitall */
     char into_out;         /* _into_out */
     char into_exact;       /* receives until the buffer is full */
+    PyObject *scratch;     /* _scratch: the buffer pull() reads into, or NULL */
+    unsigned long long pull_skip;    /* _pull_skip */
+    unsigned long long pull_backoff; /* _pull_backoff */
+    int fd;                /* _fd */
+    int rwf_nowait;        /* _rwf_nowait: preadv2's flag for a pipe's pull() (RWF_NOWAIT) */
+    char is_socket;        /* _is_socket */
 } AiorRecv;
 
 extern PyTypeObject AiorRecv_Type;
@@ -158,6 +166,22 @@ extern PyTypeObject AiorSender_Type;
  *  of it is held), and what the waiter's done() and set_result() raise.
  *
  * [has_chunk]  Whether the chunk exists.
+ *
+ * [pull_due() -> bool]  Whether the reader's next wait tries pull() first:
+ *  False (and one less to skip) while _pull_skip is above 0.
+ *
+ * [pull() -> bool]  Feed the reader what _fd holds right now, without
+ *  waiting: one recv(2) with MSG_DONTWAIT (a socket) or preadv2(2) with
+ *  _rwf_nowait (RWF_NOWAIT; a pipe) into _scratch (a writable buffer shared by the
+ *  thread's channels: its bytes are appended to the reader's buffer before
+ *  this returns).  True when that fed the reader bytes (_pull_backoff reset
+ *  to 1) or EOF (the reader's feed_eof() called).  False when closing, with
+ *  no reader, or nothing there (EAGAIN: _pull_skip = _pull_backoff, which
+ *  doubles up to 64; EINTR: as it is); the fd refusing such reads
+ *  (EOPNOTSUPP, EINVAL, ENOSYS, ENOTSOCK) or _scratch not a writable buffer
+ *  sets _pull_skip to AIOR_RING_ONLY (the ring only from then on).  Any
+ *  other error goes to policy, _pull_failed(errno), which raises it.  Raises
+ *  what appending to the reader's buffer raises (see _deliver).
  *
  * [_receive_into(buffer, start, exact, waiter) -> bool]  Start a receive
  *  into the writable `buffer` (C-contiguous) from `start` on: the buffer
