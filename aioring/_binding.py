@@ -198,6 +198,18 @@ class IoUring:
         if ret < 0:
             raise os_error(ret)
 
+    def max_workers(self, bound: int, unbound: int = 0) -> tuple[int, int]:
+        """Set the most kernel workers (io-wq) that may run the calling
+        thread's requests at once, of the bounded kind (path operations,
+        regular files) and of the unbounded (sockets, pipes), 0 leaving one
+        as it is (IORING_REGISTER_IOWQ_MAX_WORKERS); the two as they were
+        before.  OSError if the kernel refuses."""
+        values = ffi.new("unsigned int[2]", (bound, unbound))
+        ret = lib.io_uring_register_iowq_max_workers(self._mapped(), values)
+        if ret < 0:
+            raise os_error(ret)
+        return values[0], values[1]
+
     def wait(self, timeout: float) -> int:
         """Submit what the SQ holds, then block until a CQE is ready: 0, or
         -ETIME when none came within `timeout` seconds, or another -errno (a

@@ -157,6 +157,12 @@ class Ring(RingBase):
     def fd(self) -> int:
         return self._mem.fd
 
+    def bound_workers(self, most: int) -> int:
+        try:
+            return self._mem.max_workers(most)[0]
+        except (OSError, ValueError):  # (a kernel without the setting; an unmapped ring)
+            return 0
+
     # ------------------------------------------------------------ submitting
     def restart(self, loop: asyncio.AbstractEventLoop, op: Op) -> None:
         """Start an unbounded op with a sink (see Op), new or whose CQE is in.

@@ -164,6 +164,13 @@ class RingBase(abc.ABC):
     def fd(self) -> int:
         """The ring's fd (-1 without one)."""
 
+    def bound_workers(self, most: int) -> int:
+        """Let at most `most` of the kernel's workers run this thread's
+        bounded requests (path operations, regular files' I/O) at once, 0
+        leaving it as it is; the most before.  0 where there are no such
+        workers (the threads backend) or the kernel does not say."""
+        return 0
+
     def supports(self, opcode: int) -> bool:
         """Whether the kernel's probe lists `opcode`."""
         return opcode in self._supported

@@ -240,6 +240,30 @@ async def test_rmtree_coroutine_handler(disk_dir: str) -> None:
     assert seen == [(os.lstat, os.path.join(disk_dir, "x"), FileNotFoundError)]
 
 
+@pytest.mark.backends("io_uring")
+async def test_rmtree_raises_the_kernel_workers_while_it_works(disk_dir: str) -> None:
+    """More of the kernel's workers run the unlinks while any rmtree of the
+    loop works (also one called from another's error handler), and the
+    loop's ring has as many as before once all are done, failed or not."""
+    ring = get_ring(asyncio.get_running_loop())
+    before = ring.bound_workers(0)
+    raised = max(before, _kernel.BATCH_WORKERS)
+    seen = []
+
+    async def inner(*args: Any) -> None:
+        seen.append(ring.bound_workers(0))
+
+    async def outer(*args: Any) -> None:
+        seen.append(ring.bound_workers(0))
+        await ashutil.rmtree(os.path.join(disk_dir, "y"), **{key: inner})
+        seen.append(ring.bound_workers(0))
+
+    key = "onexc" if sys.version_info >= (3, 12) else "onerror"
+    await ashutil.rmtree(os.path.join(disk_dir, "x"), **{key: outer})
+    assert seen == [raised] * 3
+    assert ring.bound_workers(0) == before
+
+
 async def test_rmtree_never_follows_a_directory_swapped_for_a_symlink(
         tree: str, disk_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
     outside = os.path.join(disk_dir, "outside")

@@ -11,8 +11,9 @@ raises what it does (the exceptions are shutil's own classes, so
   aioring's binary files (at their positions, which it moves as shutil's
   reads and writes would).
 * copytree copies many files at once (at most COPY_TASKS), and rmtree
-  removes every entry of a directory at once (at most REMOVE_OPS in flight),
-  while the loop goes on listing directories.  Opens, stats, creates,
+  removes every entry of a directory at once (at most REMOVE_OPS in flight,
+  run by up to _kernel.BATCH_WORKERS of the kernel's workers), while the
+  loop goes on listing directories.  Opens, stats, creates,
   unlinks, renames go through the ring (aioring's own path operations).
 * Directories are listed in the loop's thread (io_uring has no getdents):
   a listing comes from the kernel's caches in microseconds.  Metadata with
@@ -634,7 +635,7 @@ class _TreeRemoval:
 
     def __init__(self, onexc: Callable[..., Any]) -> None:
         self.onexc = onexc
-        self.batch = _kernel.Batch(REMOVE_OPS)
+        self.batch = _kernel.Batch(REMOVE_OPS, _kernel.BATCH_WORKERS)
         self.walking = 0  # directories walked by tasks of their own
 
     async def report(self, func: Any, path: Any, exc: BaseException) -> None:
@@ -804,7 +805,11 @@ async def rmtree(path: Any, ignore_errors: bool = False, onerror: Any = None, *,
     sys.audit("shutil.rmtree", path, dir_fd)
     if isinstance(path, bytes):
         path = os.fsdecode(path)
-    await _TreeRemoval(_onexc_of(ignore_errors, onerror, onexc)).top(path, dir_fd)
+    removal = _TreeRemoval(_onexc_of(ignore_errors, onerror, onexc))
+    try:
+        await removal.top(path, dir_fd)
+    finally:
+        removal.batch.close()
 
 
 # ------------------------------------------------------------------------ move

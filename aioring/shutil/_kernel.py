@@ -7,6 +7,10 @@
   all completed), and the kernel's workers remove the entries while the
   loop lists the next directory.  A batch holds at most `limit` ops in
   flight; a start that finds it full waits until half of them completed.
+  While batches are open the ring may have BATCH_WORKERS of those workers
+  (rather than the kernel's default, one per CPU): an unlink waits in its
+  worker for the device to discard the file's blocks, and more of them
+  keep the device busy with more discards at once.
 * **File data moved by the kernel.**  A large file goes from the source to
   a pipe and from the pipe to the destination by IORING_OP_SPLICE, the pages
   never passing through Python.  On io_uring one lane (a pipe) hands the
@@ -37,6 +41,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import weakref
 from collections.abc import Awaitable, Iterable
 from typing import Any, TypeVar
 
@@ -84,6 +89,17 @@ _SPLICE_F_MOVE = _binding.SPLICE_F_MOVE
 # The read/write copy's buffer at most.
 RW_CHUNK = 1 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+# The kernel's workers that may run a ring's path operations at once while
+# a Batch is open.  An UNLINKAT always runs in a worker, and on a file
+# system mounted with `discard` each waits there for the device to discard
+# the file's blocks; by default the kernel lets the loop's thread have as
+# many such workers as there are CPUs (2 here), so that no more than two
+# discards were in flight.  With more, the device has more at once and the block layer
+# merges neighbouring ones: traced (block:block_rq_*) on 5,000 files of
+# 4 KiB, the default 2 workers took 1,729 ms, 4,720 discards, 1.5 in flight;
+# 16 workers 670 ms, 2,264 discards, 6.9 in flight; 32 633 ms, 2,582
+# discards; 64 695 ms (under the machine's other load).
+BATCH_WORKERS = 32
 _PREP_UNLINKAT = _binding.prep_unlinkat
 _AT_REMOVEDIR = _binding.AT_REMOVEDIR
 # What a splice answers for a file system that cannot splice: read and write instead.
@@ -198,14 +214,23 @@ class Batch:
     """Path operations in flight together, none of them a task or a future
     of its own: each counts in the Tally it is started with.  At most
     `limit` are in flight at once: a start when crowded() first waits in
-    room() until half of them completed."""
+    room() until half of them completed.  While a batch is open (until
+    close()) up to `workers` of the kernel's workers run the ring's path
+    operations at once (see BATCH_WORKERS)."""
 
-    def __init__(self, limit: int = 256) -> None:
+    def __init__(self, limit: int = 256, workers: int = 0) -> None:
         self.loop = asyncio.get_running_loop()
         self.ring = get_ring(self.loop)
         self.limit = limit
         self.open = 0
         self._room: asyncio.Future[None] | None = None
+        self._workers = _Workers.hold(self.ring, workers) if workers else None
+
+    def close(self) -> None:
+        """The batch is done with: the ring's workers as they were, once no other batch holds them."""
+        workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.release(self.ring)
 
     def crowded(self) -> bool:
         """Whether a start now must first wait for room (room())."""
@@ -249,6 +274,37 @@ class Batch:
         """Ask the kernel to stop the ops not done yet (their Tally's wait(settle=True) waits for them)."""
         for op in ops:
             self.ring.cancel(op)  # (nothing for one already done)
+
+
+class _Workers:
+    """How many of the kernel's workers a ring's open batches let run its
+    path operations at once, and how many it had before the first."""
+
+    def __init__(self, before: int) -> None:
+        self.before = before
+        self.batches = 0
+
+    @classmethod
+    def hold(cls, ring: RingBase, most: int) -> _Workers | None:
+        held = _held.get(ring)
+        if held is None:
+            before = ring.bound_workers(0)
+            if before >= most or not before:  # (enough already; or no such workers)
+                return None
+            ring.bound_workers(most)
+            held = _held[ring] = cls(before)
+        held.batches += 1
+        return held
+
+    def release(self, ring: RingBase) -> None:
+        self.batches -= 1
+        if not self.batches:
+            del _held[ring]
+            ring.bound_workers(self.before)
+
+
+# Each ring whose workers open batches hold raised.
+_held: weakref.WeakKeyDictionary[RingBase, _Workers] = weakref.WeakKeyDictionary()
 
 
 async def copy_data(src_fd: int, dst_fd: int, size: int, src_off: int = 0, dst_off: int = 0) -> int:
