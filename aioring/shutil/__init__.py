@@ -70,6 +70,9 @@ ignore_patterns = _shutil.ignore_patterns
 # costs a trip through the loop.
 COPY_BUFSIZE = 1 << 20
 # Files copytree copies at once, and unlinks rmtree has in flight at most.
+# (With _kernel.BATCH_WORKERS kernel workers running the unlinks, medians
+# of 5 interleaved runs under the machine's other load: 128 or 512 in
+# flight no better than 256, 674 and 679 ms against 566.)
 COPY_TASKS = 32
 REMOVE_OPS = 256
 # Directories rmtree walks at once (each holds an fd while it is emptied).

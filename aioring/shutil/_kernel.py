@@ -90,15 +90,16 @@ _SPLICE_F_MOVE = _binding.SPLICE_F_MOVE
 RW_CHUNK = 1 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 # The kernel's workers that may run a ring's path operations at once while
-# a Batch is open.  An UNLINKAT always runs in a worker, and on a file
-# system mounted with `discard` each waits there for the device to discard
-# the file's blocks; by default the kernel lets the loop's thread have as
-# many such workers as there are CPUs (2 here), so that no more than two
-# discards were in flight.  With more, the device has more at once and the block layer
-# merges neighbouring ones: traced (block:block_rq_*) on 5,000 files of
-# 4 KiB, the default 2 workers took 1,729 ms, 4,720 discards, 1.5 in flight;
-# 16 workers 670 ms, 2,264 discards, 6.9 in flight; 32 633 ms, 2,582
-# discards; 64 695 ms (under the machine's other load).
+# a Batch is open.  An UNLINKAT always runs in a worker (the kernel starts
+# none inline: IOSQE_ASYNC would change nothing), and on a file system
+# mounted with `discard` each waits there for the device to discard the
+# file's blocks.  The kernel's default here was 2 workers (on 2 CPUs), so
+# that no more than two discards were in flight.  With more, the device
+# has more at once and the block layer merges neighbouring ones: traced
+# (block:block_rq_*) on 5,000 files of 4 KiB, the default 2 workers took
+# 1,729 ms, 4,720 discards, 1.5 in flight; 16 workers 670 ms, 2,264
+# discards, 6.9 in flight; 32 633 ms, 2,582 discards; 64 695 ms (under the
+# machine's other load).
 BATCH_WORKERS = 32
 _PREP_UNLINKAT = _binding.prep_unlinkat
 _AT_REMOVEDIR = _binding.AT_REMOVEDIR
