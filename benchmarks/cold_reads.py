@@ -46,6 +46,9 @@ device when fio is installed:
   after the other.  Wall time per round; the rounds of an async variant run
   on one event loop, as a program's reads do (a new loop and ring for each
   round cost some 0.5 ms more, which blocking ``open()`` never pays).
+  Variants: aioring (``async with aioring.open(p, "rb") as f: await f.read()``),
+  aioring.noretry (the same, no second try from the page cache after a yield
+  when the first missed: COLD_RETRY = False), aiofile, aiofiles, open().
 * an append log: 256-byte records appended, ``fdatasync`` every 16 records
   (records/s), by one writer:
     aioring          ``await f.write(rec)`` on ``aioring.open(path, "ab", buffering=0)``,
@@ -204,15 +207,16 @@ async def rand_aioring_read_tryeach(path: Path, size: int, tasks: int, seconds: 
         _ops._plain.clear()
 
 
-async def _with_setting(name: str, value: Any, run: Awaitable[float]) -> float:
-    """Await `run` with aioring._ops.<name> set to `value` meanwhile."""
-    from aioring import _ops
-    saved = getattr(_ops, name)
-    setattr(_ops, name, value)
+async def _with_setting(name: str, value: Any, run: Awaitable[Any], module: str = "_ops") -> Any:
+    """Await `run` with aioring.<module>.<name> set to `value` meanwhile."""
+    import importlib
+    mod = importlib.import_module(f"aioring.{module}")
+    saved = getattr(mod, name)
+    setattr(mod, name, value)
     try:
         return await run
     finally:
-        setattr(_ops, name, saved)
+        setattr(mod, name, saved)
 
 
 async def rand_aioring_read_handoff(path: Path, size: int, tasks: int, seconds: float) -> float:
@@ -401,6 +405,10 @@ async def small_aioring(paths: list[Path]) -> int:
     return sum(await asyncio.gather(*map(one, paths)))
 
 
+async def small_aioring_noretry(paths: list[Path]) -> int:
+    return int(await _with_setting("COLD_RETRY", False, small_aioring(paths), "threadpool.binary"))
+
+
 async def small_aiofiles(paths: list[Path]) -> int:
     assert aiofiles is not None
 
@@ -499,7 +507,8 @@ RAND = {"aioring.read": rand_aioring_read, "aioring.read.tryeach": rand_aioring_
         "threads": rand_threads, "loop.ceiling": rand_loop_ceiling}
 SEQ = {"aioring.read": seq_aioring_read, "aioring.open": seq_aioring_open, "aiofile": seq_aiofile,
        "aiofiles": seq_aiofiles, "threads": seq_threads}
-SMALL = {"aioring": small_aioring, "aiofile": small_aiofile, "aiofiles": small_aiofiles}
+SMALL = {"aioring": small_aioring, "aioring.noretry": small_aioring_noretry, "aiofile": small_aiofile,
+         "aiofiles": small_aiofiles}
 LOG = {"aioring": log_aioring, "aiofile": log_aiofile,
        "aiofiles": log_aiofiles}
 NEEDS = {"aiofile": aiofile, "aiofiles": aiofiles}

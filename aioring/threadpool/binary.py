@@ -18,6 +18,18 @@ __all__ = ["AsyncBufferedIOBase", "AsyncBufferedReader", "AsyncFileIO", "AsyncIn
 
 _NL = (b"\n",)
 
+# A file opened "rb" and read whole whose pages are not cached: the first try
+# from the page cache (read_rest_now) fails, but it has started the device's
+# read of the file (the kernel's readahead).  The task then yields once and
+# tries again before it builds the file's stack and reads through the ring:
+# meanwhile the other tasks opening files start their devices' reads, so
+# that the device serves them side by side, and the second try mostly finds
+# the pages read.  Without the yield each task went on at once (the stack
+# built, a second try), so the files of a gather() were read one after the
+# other: 24 small files of 1 to 100 KiB, pages dropped, median wall time per
+# round, interleaved: see benchmarks/cold_reads.py (aioring.noretry).
+COLD_RETRY = True
+
 
 def _room(b: Any) -> int | None:
     """The bytes readinto(b) may fill; None when the stdlib's readinto refuses
@@ -143,10 +155,7 @@ class AsyncBufferedIOBase(_BinaryBase):
                 await asyncio.sleep(0)  # (a task reading cached files would not yield otherwise)
         else:  # (a file read whole is read before its stack is built)
             if rest:
-                if pace():
-                    await asyncio.sleep(0)
-                pending = self._pending  # (the sleep may have let another call build it)
-                data = pending.read_rest_now() if pending is not None else None
+                data = await self._read_rest_unbuilt()
                 if data is not None:
                     return data
             raw = self._raw
@@ -161,6 +170,21 @@ class AsyncBufferedIOBase(_BinaryBase):
                 chunk: bytes = await self._call_now(raw, "read", size)
                 return chunk
         return await self._call("read", self._plan(self._read_plan, size), size)
+
+    async def _read_rest_unbuilt(self) -> bytes | None:
+        """read() to end of file of a file whose stack is not built, from the
+        page cache (see COLD_RETRY); None: the stack's turn."""
+        if pace():
+            await asyncio.sleep(0)
+        pending = self._pending  # (the sleep may have let another call build it)
+        data = pending.read_rest_now() if pending is not None else None
+        if data is None and pending is not None and COLD_RETRY:
+            # Not cached: the try started the device's read.  Other tasks
+            # start theirs meanwhile, and the file is tried again.
+            await asyncio.sleep(0)
+            pending = self._pending
+            data = pending.read_rest_now() if pending is not None else None
+        return data
 
     def _read_rest_now(self, raw: RingFileIO) -> bytes | None:
         """read() to end of file with nothing buffered, at once from the page
