@@ -12,6 +12,7 @@ import errno
 import itertools
 import mmap
 import os
+import pathlib
 
 import pytest
 
@@ -113,6 +114,42 @@ async def test_cold_file_api_equals_stdlib(cold_file):
                 drop(path)
                 await f.seek(off)
                 assert await f.read(3000) == content[off:off + 3000]
+
+
+async def test_cold_files_read_whole_side_by_side(disk_dir):
+    """Files opened "rb" by str and by path object, their pages dropped, read
+    whole by tasks side by side (a task whose first try from the page cache
+    misses yields and tries again), return their bytes; a path object names
+    the file by its str, as builtin open does.  A task cancelled meanwhile
+    consumed nothing: the file reads whole again."""
+    contents = {}
+    for i, size in enumerate((2, 4095, 70_000, 200_001)):
+        path = pathlib.Path(disk_dir, f"small{i}.bin")
+        contents[path] = os.urandom(size)
+        path.write_bytes(contents[path])
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+
+    async def whole(path):
+        async with aioring.open(path, "rb") as f:
+            assert f.name == str(path)
+            return await f.read()
+    for kind in (str, pathlib.Path):
+        for path in contents:
+            drop(path)
+        got = await asyncio.gather(*(whole(kind(p)) for p in contents))
+        assert got == list(contents.values())
+    path = max(contents, key=lambda p: len(contents[p]))
+    drop(path)
+    async with aioring.open(path, "rb") as f:
+        task = asyncio.ensure_future(f.read())
+        await asyncio.sleep(0)
+        task.cancel()
+        try:
+            assert await task == contents[path]  # (it ended before the cancel)
+        except asyncio.CancelledError:
+            assert await f.read() == contents[path]
 
 
 async def test_direct_round_trip(disk_dir):

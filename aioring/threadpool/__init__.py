@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import builtins
 import functools
+import os
 import sys
 from concurrent.futures import Executor
 from io import (BufferedIOBase, BufferedRandom, BufferedReader, BufferedWriter, FileIO, TextIOBase,
                 TextIOWrapper)
+from pathlib import PurePath
 from typing import Any
 
 from .._file import RingFileIO
@@ -45,22 +47,24 @@ def open(file: Any, mode: str = "r", buffering: int = -1, encoding: str | None =
     AsyncBufferedIOBase or AsyncFileIO, by mode).  Nothing happens until it is
     awaited; every error of builtin open is raised then, identical in type,
     errno and message."""
-    if (type(file) is str and mode == "rb" and buffering == -1 and type(buffering) is int
-            and encoding is None and errors is None and newline is None and closefd is True
-            and opener is None):
+    if ((type(file) is str or isinstance(file, PurePath)) and mode == "rb" and buffering == -1
+            and type(buffering) is int and encoding is None and errors is None and newline is None
+            and closefd is True and opener is None):
         return AiofilesContextManager(_open_reader(file, loop, executor))  # (the most common open)
     return AiofilesContextManager(_open(file, mode, buffering, encoding, errors, newline, closefd,
                                         opener, loop=loop, executor=executor))
 
 
-async def _open_reader(file: str, loop: asyncio.AbstractEventLoop | None,
+async def _open_reader(file: str | PurePath, loop: asyncio.AbstractEventLoop | None,
                        executor: Executor | None) -> Any:
-    """_open(file, "rb"): a regular file's stack is built when first needed."""
-    if sync_open is not builtins.open:
+    """_open(file, "rb"): a regular file's stack is built when first needed.
+    A path object is opened by its str, which builtin open names the file."""
+    path = file if type(file) is str else os.fspath(file)
+    if sync_open is not builtins.open or type(path) is not str:
         return await _open(file, "rb", loop=loop, executor=executor)
     if loop is None:
         loop = asyncio.get_running_loop()
-    f = await open_reader(file)
+    f = await open_reader(path)
     if type(f) is UnbuiltReader:
         return AsyncBufferedReader.unbuilt(f, loop, executor)
     return wrap(f, loop=loop, executor=executor)
