@@ -35,6 +35,8 @@ device when fio is installed:
 * a sequential read of the whole file in 1 MiB chunks (MB/s):
     aioring.read     ``await aioring.readinto(fd, buf, off)`` in a loop
     aioring.open     ``await f.readinto(buf)`` on ``aioring.open(path, "rb", buffering=0)``
+    aioring.open.noadvice  the same, the file not advised as read sequentially
+                     (SEQUENTIAL_ADVICE = False)
     aiofile          ``await afp.read(1 MiB, off)``
     aiofiles         ``await f.read(1 MiB)``
     threads          ``run_in_executor(None, f.readinto, buf)``
@@ -362,6 +364,10 @@ async def seq_aioring_open(path: Path) -> int:
     return total
 
 
+async def seq_aioring_open_noadvice(path: Path) -> int:
+    return int(await _with_setting("SEQUENTIAL_ADVICE", False, seq_aioring_open(path), "_file"))
+
+
 async def seq_aiofile(path: Path) -> int:
     assert aiofile is not None
     total = 0
@@ -505,7 +511,8 @@ RAND = {"aioring.read": rand_aioring_read, "aioring.read.tryeach": rand_aioring_
         "aioring.direct": rand_aioring_direct, "aioring.direct.inline": rand_aioring_direct_inline,
         "aiofile": rand_aiofile, "aiofiles": rand_aiofiles,
         "threads": rand_threads, "loop.ceiling": rand_loop_ceiling}
-SEQ = {"aioring.read": seq_aioring_read, "aioring.open": seq_aioring_open, "aiofile": seq_aiofile,
+SEQ = {"aioring.read": seq_aioring_read, "aioring.open": seq_aioring_open,
+       "aioring.open.noadvice": seq_aioring_open_noadvice, "aiofile": seq_aiofile,
        "aiofiles": seq_aiofiles, "threads": seq_threads}
 SMALL = {"aioring": small_aioring, "aioring.noretry": small_aioring_noretry, "aiofile": small_aiofile,
          "aiofiles": small_aiofiles}

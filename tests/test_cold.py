@@ -114,6 +114,12 @@ async def test_cold_file_api_equals_stdlib(cold_file):
                 drop(path)
                 await f.seek(off)
                 assert await f.read(3000) == content[off:off + 3000]
+            for off in OFFSETS[::-1]:  # (large reads at random after sequential ones)
+                drop(path)
+                await f.seek(off)
+                buf = bytearray(70_000)
+                n = await f.readinto(buf)
+                assert buf[:n] == content[off:off + 70_000]
 
 
 async def test_cold_files_read_whole_side_by_side(disk_dir):
