@@ -252,7 +252,7 @@ class UnbuiltReader:
     position; the file is the stack's from then on.  Unclosed and dropped,
     it warns and closes its fd as the stack's finalizer does."""
 
-    __slots__ = ("closed", "facts", "fd", "name", "pos", "taken")
+    __slots__ = ("closed", "facts", "fd", "missed", "name", "pos", "taken")
 
     def __init__(self, fd: int, name: str, facts: tuple[int, int, int, int, int]) -> None:
         self.fd = fd
@@ -261,6 +261,7 @@ class UnbuiltReader:
         self.pos = 0
         self.closed = False  # closed before its stack was built
         self.taken = False  # the fd is its stack's
+        self.missed = False  # read_rest_now tried the page cache, which did not hold it all
 
     def read_rest_now(self) -> bytes | None:
         """read() from the position to end of file, at once from the page
@@ -272,6 +273,8 @@ class UnbuiltReader:
         out = read_whole_now(self.fd, n, pos)  # (the kernel fills it: never zeroed)
         if out is not None:
             self.pos = pos + n
+        else:
+            self.missed = True
         return out
 
     def closes_at_once(self) -> bool:

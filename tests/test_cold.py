@@ -129,7 +129,7 @@ async def test_cold_files_read_whole_side_by_side(disk_dir):
     the file by its str, as builtin open does.  A task cancelled meanwhile
     consumed nothing: the file reads whole again."""
     contents = {}
-    for i, size in enumerate((2, 4095, 70_000, 200_001)):
+    for i, size in enumerate((0, 1, 2, 4095, 70_000, 200_001)):
         path = pathlib.Path(disk_dir, f"small{i}.bin")
         contents[path] = os.urandom(size)
         path.write_bytes(contents[path])
