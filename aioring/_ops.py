@@ -248,6 +248,13 @@ def _due(state: list[int]) -> bool:
     return True
 
 
+def missed_lately(fd: int) -> bool:
+    """Whether the last try from the page cache of a read of fd at an offset
+    missed (and no hit came since): its pages are read from the device."""
+    state = _fd_cache.get(fd)
+    return state is not None and state[1] > 1
+
+
 def cache_hit(fd: int) -> None:
     state = fd_state(fd)
     state[0], state[1] = 0, 1
