@@ -22,17 +22,20 @@ from __future__ import annotations
 import asyncio
 import errno
 import fcntl
+import functools
+import inspect
 import mmap
 import operator
 import os
 import select
 import stat
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from . import _binding, _loops, _redelivery
 from ._binding import FSYNC_DATASYNC, IOSQE_ASYNC, OP_FSYNC, OP_READ, OP_WRITE, Filling
-from ._core import fileops_setup, read_cached, readinto_cached
+from ._core import TRY_READ, TRY_READINTO, CacheFirst, fileops_setup, read_cached, readinto_cached
 from ._loops import get_ring
 from ._ringbase import Op, RingBase, ready
 
@@ -274,6 +277,27 @@ def cache_missed(fd: int) -> None:
 # nothing is owed and no yield is due (those calls come here), counts the
 # calls it serves in _unyielded and reports a miss to cache_missed.
 fileops_setup(_plain, _redelivery.owed, _unyielded, YIELD_EVERY, UNZEROED_MIN, cache_missed)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _cache_first(kind: int, rest: Callable[..., Any]) -> Callable[[_F], _F]:
+    """The decorated coroutine function as the core's CacheFirst: a call
+    awaited tries the page cache (its kind's try: TRY_READINTO or TRY_READ)
+    in its first step, without a coroutine frame, and returns a hit there;
+    otherwise it goes on in rest's coroutine with the try's answer, as the
+    decorated function does.  Calls with keywords or a wrong count of
+    arguments are the function's own (its binding, its errors).  Name,
+    docstring and signature are the function's (functools.update_wrapper),
+    and asyncio.iscoroutinefunction() says True for it, as for the function."""
+    def wrap(func: _F) -> _F:
+        first = functools.update_wrapper(CacheFirst(kind, func, rest), func)
+        first._is_coroutine = asyncio.coroutines._is_coroutine  # type: ignore[attr-defined]
+        if hasattr(inspect, "markcoroutinefunction"):  # (Python 3.12 on)
+            inspect.markcoroutinefunction(first)
+        return first  # type: ignore[return-value]
+    return wrap
 
 
 # A ring read of pages that are not cached is issued in the submitting call:
@@ -533,18 +557,9 @@ def _try_read(fd: int, target: Any, n: int, offset: int) -> int:
     return _rw_now(False, fd, target, min(n, MAX_RW)) if n else 0  # (0 bytes: the ring checks the fd)
 
 
-async def read(fd: int, size: int, offset: int = -1) -> bytes:
-    """Read at most `size` bytes from `fd`, like os.read (offset -1) or os.pread.
-
-    Returns what the kernel delivered, b"" at end of file.  On a pipe or a
-    socket the kernel ignores the offset (io_uring does not raise ESPIPE as
-    os.pread does).  Bad arguments raise what os.read or os.pread raises
-    (TypeError, OverflowError, OSError EINVAL for a negative size or an
-    offset below -1) before anything is submitted; the kernel's errors come
-    as the OSError subclass of their errno (EBADF for a closed fd, EISDIR
-    for a directory, ...).
-    """
-    head = read_cached(fd, size, offset)  # (the page cache's hit, served; or its start, or None)
+async def _read_rest(fd: int, size: int, offset: int, head: bytes | bytearray | None) -> bytes:
+    """read() after the core's try, which answered `head` (read_cached's
+    answer: the page cache's hit, served; or its start; or None)."""
     if type(head) is bytes:
         return head
     out: bytes | bytearray | None = None
@@ -607,6 +622,21 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
     return await _read_aligned(fd, size, offset)
 
 
+@_cache_first(TRY_READ, _read_rest)
+async def read(fd: int, size: int, offset: int = -1) -> bytes:
+    """Read at most `size` bytes from `fd`, like os.read (offset -1) or os.pread.
+
+    Returns what the kernel delivered, b"" at end of file.  On a pipe or a
+    socket the kernel ignores the offset (io_uring does not raise ESPIPE as
+    os.pread does).  Bad arguments raise what os.read or os.pread raises
+    (TypeError, OverflowError, OSError EINVAL for a negative size or an
+    offset below -1) before anything is submitted; the kernel's errors come
+    as the OSError subclass of their errno (EBADF for a closed fd, EISDIR
+    for a directory, ...).
+    """
+    return await _read_rest(fd, size, offset, read_cached(fd, size, offset))
+
+
 async def _read_aligned(fd: int, size: int, offset: int) -> bytes:
     """read() of an O_DIRECT fd: into an aligned buffer of its own, copied out."""
     buf = aligned_buffer(max(size, 1))
@@ -622,17 +652,9 @@ async def _read_aligned(fd: int, size: int, offset: int) -> bytes:
             pass
 
 
-async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
-    """Read from `fd` straight into `buffer` (any writable bytes-like object).
-
-    Returns the number of bytes read, 0 at end of file, like os.readv.  The
-    buffer belongs to the kernel until this returns or raises; a bytearray
-    cannot be resized meanwhile.  Raises TypeError for a read-only or
-    non-buffer object (as FileIO.readinto), OSError EINVAL for an offset
-    below -1 (as os.preadv), OSError from the kernel.  At an offset, the
-    page cache's bytes come at once, without a trip through the loop.
-    """
-    got = readinto_cached(fd, buffer, offset)  # (the page cache's hit, served)
+async def _readinto_rest(fd: int, buffer: Any, offset: int, got: int) -> int:
+    """readinto() after the core's try, which answered `got` (readinto_cached's
+    answer: 0 or more, the page cache's hit, served)."""
     if got >= 0:
         return got
     # What the core's try read (0: none, the page cache missed; part of it:
@@ -674,6 +696,20 @@ async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
         if exc.errno == errno.EINVAL and (error := direct_error(fd, buffer, offset)) is not None:
             raise error from None
         raise
+
+
+@_cache_first(TRY_READINTO, _readinto_rest)
+async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
+    """Read from `fd` straight into `buffer` (any writable bytes-like object).
+
+    Returns the number of bytes read, 0 at end of file, like os.readv.  The
+    buffer belongs to the kernel until this returns or raises; a bytearray
+    cannot be resized meanwhile.  Raises TypeError for a read-only or
+    non-buffer object (as FileIO.readinto), OSError EINVAL for an offset
+    below -1 (as os.preadv), OSError from the kernel.  At an offset, the
+    page cache's bytes come at once, without a trip through the loop.
+    """
+    return await _readinto_rest(fd, buffer, offset, readinto_cached(fd, buffer, offset))
 
 
 def _read_now_into(fd: int, buffer: Any, n: int, offset: int) -> int:

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <sys/uio.h>
 
 #ifndef RWF_NOWAIT
@@ -130,15 +131,14 @@ wrong_count(const char *name, Py_ssize_t nargs)
     return NULL;
 }
 
+/* readinto_cached's answer for args (fd, buffer, offset). */
 static PyObject *
-readinto_cached(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+try_readinto(PyObject *const *args)
 {
     int fd;
     long long offset;
     Py_buffer view;
 
-    if (nargs != 3)
-        return wrong_count("readinto_cached", nargs);
     PyObject *buffer = args[1];
     if (!cached_due(args[0], args[2], &fd, &offset) ||
         !(PyByteArray_CheckExact(buffer) || PyMemoryView_Check(buffer)))
@@ -161,14 +161,13 @@ readinto_cached(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLong(miss ? -2 : -1);  /* (another error: the ring's read reports it) */
 }
 
+/* read_cached's answer for args (fd, size, offset). */
 static PyObject *
-read_cached(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+try_read(PyObject *const *args)
 {
     int fd;
     long long offset;
 
-    if (nargs != 3)
-        return wrong_count("read_cached", nargs);
     if (!PyLong_CheckExact(args[1]) || !cached_due(args[0], args[2], &fd, &offset))
         Py_RETURN_NONE;
     Py_ssize_t size = PyLong_AsSsize_t(args[1]);
@@ -215,6 +214,360 @@ read_cached(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return head;
 }
 
+static PyObject *
+readinto_cached(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return nargs == 3 ? try_readinto(args) : wrong_count("readinto_cached", nargs);
+}
+
+static PyObject *
+read_cached(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return nargs == 3 ? try_read(args) : wrong_count("read_cached", nargs);
+}
+
+/* ------------------------------------------------------------ CacheFirst */
+
+/* Which try a CacheFirst makes (see fileops.h). */
+enum { TRY_READINTO, TRY_READ };
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    int kind;             /* TRY_READINTO or TRY_READ */
+    PyObject *public_fn;  /* the coroutine function it stands for */
+    PyObject *rest;       /* rest(fd, x, offset, tried): the coroutine after a try not served */
+    PyObject *dict;       /* its attributes (__doc__, __wrapped__, ...: functools.update_wrapper) */
+} CacheFirst;
+
+/* One call's awaitable: its first step is the try. */
+enum { UNSTARTED, DELEGATING, FINISHED };
+
+typedef struct {
+    PyObject_HEAD
+    CacheFirst *owner;
+    PyObject *args[3];    /* fd, buffer or size, offset */
+    PyObject *inner;      /* rest's coroutine while DELEGATING */
+    int state;
+} CacheFirstCall;
+
+static PyTypeObject CacheFirst_Type, CacheFirstCall_Type;
+static PyObject *str_throw, *str_close;
+
+static PyObject *
+cache_first_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    CacheFirst *self = (CacheFirst *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+
+    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || nargs < 2 || nargs > 3)
+        return PyObject_Vectorcall(self->public_fn, args, nargsf, kwnames);  /* (its errors, its binding) */
+    CacheFirstCall *call = PyObject_GC_New(CacheFirstCall, &CacheFirstCall_Type);
+    if (call == NULL)
+        return NULL;
+    call->owner = (CacheFirst *)Py_NewRef(callable);
+    call->args[0] = Py_NewRef(args[0]);
+    call->args[1] = Py_NewRef(args[1]);
+    call->args[2] = nargs == 3 ? Py_NewRef(args[2]) : PyLong_FromLong(-1);
+    call->inner = NULL;
+    call->state = UNSTARTED;
+    PyObject_GC_Track(call);
+    return (PyObject *)call;
+}
+
+static PyObject *
+cache_first_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    int kind;
+    PyObject *public_fn, *rest;
+
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "CacheFirst() takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "iOO:CacheFirst", &kind, &public_fn, &rest))
+        return NULL;
+    if ((kind != TRY_READINTO && kind != TRY_READ) || !PyCallable_Check(public_fn) || !PyCallable_Check(rest)) {
+        PyErr_SetString(PyExc_ValueError, "CacheFirst(kind, public, rest) needs a known kind and callables");
+        return NULL;
+    }
+    CacheFirst *self = (CacheFirst *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = cache_first_vectorcall;
+    self->kind = kind;
+    self->public_fn = Py_NewRef(public_fn);
+    self->rest = Py_NewRef(rest);
+    return (PyObject *)self;
+}
+
+static int
+cache_first_traverse(CacheFirst *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->public_fn);
+    Py_VISIT(self->rest);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+cache_first_clear(CacheFirst *self)
+{
+    Py_CLEAR(self->public_fn);
+    Py_CLEAR(self->rest);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+cache_first_dealloc(CacheFirst *self)
+{
+    PyObject_GC_UnTrack(self);
+    cache_first_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+cache_first_repr(CacheFirst *self)
+{
+    return PyObject_Repr(self->public_fn);
+}
+
+static PyGetSetDef cache_first_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict},
+    {NULL},
+};
+
+static PyTypeObject CacheFirst_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aioring._core.CacheFirst",
+    .tp_basicsize = sizeof(CacheFirst),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "CacheFirst(kind, public, rest): a coroutine function whose call's first step is the "
+              "page cache's try (see fileops.h).",
+    .tp_new = cache_first_new,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(CacheFirst, vectorcall),
+    .tp_dictoffset = offsetof(CacheFirst, dict),
+    .tp_traverse = (traverseproc)cache_first_traverse,
+    .tp_clear = (inquiry)cache_first_clear,
+    .tp_dealloc = (destructor)cache_first_dealloc,
+    .tp_getset = cache_first_getset,
+    .tp_repr = (reprfunc)cache_first_repr,
+};
+
+static PyObject *
+reused(void)
+{
+    PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+    return NULL;
+}
+
+/* The first step: the try; served, the result, else rest's coroutine. */
+static PySendResult
+call_start(CacheFirstCall *self, PyObject **result)
+{
+    int kind = self->owner->kind;
+    PyObject *tried = kind == TRY_READINTO ? try_readinto(self->args) : try_read(self->args);
+    if (tried == NULL)
+        return PYGEN_ERROR;
+    if (kind == TRY_READINTO ? PyLong_AsLong(tried) >= 0 : PyBytes_CheckExact(tried)) {
+        *result = tried;
+        return PYGEN_RETURN;
+    }
+    PyObject *rest_args[4] = {self->args[0], self->args[1], self->args[2], tried};
+    self->inner = PyObject_Vectorcall(self->owner->rest, rest_args, 4, NULL);
+    Py_DECREF(tried);
+    if (self->inner == NULL)
+        return PYGEN_ERROR;
+    self->state = DELEGATING;
+    return PYGEN_NEXT;
+}
+
+static PySendResult
+call_am_send(CacheFirstCall *self, PyObject *arg, PyObject **result)
+{
+    if (self->state == UNSTARTED) {
+        self->state = FINISHED;
+        if (arg != Py_None) {
+            PyErr_SetString(PyExc_TypeError, "can't send non-None value to a just-started coroutine");
+            return PYGEN_ERROR;
+        }
+        PySendResult started = call_start(self, result);
+        if (started != PYGEN_NEXT)
+            return started;
+    }
+    if (self->state == FINISHED) {
+        reused();
+        return PYGEN_ERROR;
+    }
+    PySendResult status = PyIter_Send(self->inner, arg, result);
+    if (status != PYGEN_NEXT) {
+        self->state = FINISHED;
+        Py_CLEAR(self->inner);
+    }
+    return status;
+}
+
+/* A step's answer as a method's: a yielded value, or StopIteration(value). */
+static PyObject *
+step_result(PySendResult status, PyObject *result)
+{
+    if (status != PYGEN_RETURN)
+        return status == PYGEN_NEXT ? result : NULL;
+    PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, result);
+    Py_DECREF(result);
+    if (stop != NULL) {
+        PyErr_SetObject(PyExc_StopIteration, stop);
+        Py_DECREF(stop);
+    }
+    return NULL;
+}
+
+static PyObject *
+call_send(CacheFirstCall *self, PyObject *arg)
+{
+    PyObject *result = NULL;
+    return step_result(call_am_send(self, arg, &result), result);
+}
+
+static PyObject *
+call_iternext(CacheFirstCall *self)
+{
+    return call_send(self, Py_None);
+}
+
+/* throw() (method "throw") and close(): while DELEGATING, rest's
+   coroutine's; otherwise those of an unstarted coroutine of the public
+   function, which ends as a native one does (the exception raised, nothing
+   run).  A throw that the coroutine answers by yielding goes on with it. */
+static PyObject *
+call_forward(CacheFirstCall *self, PyObject *method, PyObject *args)
+{
+    PyObject *target = self->inner;
+    self->inner = NULL;
+    self->state = FINISHED;
+    if (target == NULL) {
+        if (self->args[0] == NULL)
+            return reused();
+        target = PyObject_Vectorcall(self->owner->public_fn, self->args, 3, NULL);
+        if (target == NULL)
+            return NULL;
+    }
+    PyObject *bound = PyObject_GetAttr(target, method);
+    PyObject *result = bound == NULL ? NULL : PyObject_Call(bound, args, NULL);
+    Py_XDECREF(bound);
+    if (result != NULL && method == str_throw) {
+        self->inner = target;
+        self->state = DELEGATING;
+        return result;
+    }
+    Py_DECREF(target);
+    return result;
+}
+
+static PyObject *
+call_throw(CacheFirstCall *self, PyObject *args)
+{
+    return call_forward(self, str_throw, args);
+}
+
+static PyObject *
+call_close(CacheFirstCall *self, PyObject *unused)
+{
+    if (self->state != DELEGATING) {
+        self->state = FINISHED;
+        Py_RETURN_NONE;
+    }
+    PyObject *none = PyTuple_New(0);
+    if (none == NULL)
+        return NULL;
+    PyObject *result = call_forward(self, str_close, none);
+    Py_DECREF(none);
+    return result;
+}
+
+static PyObject *
+call_await(CacheFirstCall *self)
+{
+    return Py_NewRef(self);
+}
+
+static int
+call_traverse(CacheFirstCall *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->owner);
+    Py_VISIT(self->args[0]);
+    Py_VISIT(self->args[1]);
+    Py_VISIT(self->args[2]);
+    Py_VISIT(self->inner);
+    return 0;
+}
+
+static int
+call_clear(CacheFirstCall *self)
+{
+    Py_CLEAR(self->args[0]);
+    Py_CLEAR(self->args[1]);
+    Py_CLEAR(self->args[2]);
+    Py_CLEAR(self->inner);
+    return 0;
+}
+
+/* As a native coroutine never awaited: a RuntimeWarning. */
+static void
+call_finalize(CacheFirstCall *self)
+{
+    if (self->state != UNSTARTED || self->owner == NULL)
+        return;
+    self->state = FINISHED;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *name = PyObject_GetAttrString(self->owner->public_fn, "__qualname__");
+    if (name == NULL || PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "coroutine '%S' was never awaited", name) < 0)
+        PyErr_WriteUnraisable((PyObject *)self);
+    Py_XDECREF(name);
+    PyErr_Restore(type, value, tb);
+}
+
+static void
+call_dealloc(CacheFirstCall *self)
+{
+    if (self->state == UNSTARTED && PyObject_CallFinalizerFromDealloc((PyObject *)self) < 0)
+        return;  /* (resurrected) */
+    PyObject_GC_UnTrack(self);
+    call_clear(self);
+    Py_CLEAR(self->owner);
+    PyObject_GC_Del(self);
+}
+
+static PyMethodDef call_methods[] = {
+    {"send", (PyCFunction)call_send, METH_O, "send(value): as a coroutine's."},
+    {"throw", (PyCFunction)call_throw, METH_VARARGS, "throw(exc): as a coroutine's."},
+    {"close", (PyCFunction)call_close, METH_NOARGS, "close(): as a coroutine's."},
+    {NULL},
+};
+
+static PyAsyncMethods call_as_async = {
+    .am_await = (unaryfunc)call_await,
+    .am_send = (sendfunc)call_am_send,
+};
+
+static PyTypeObject CacheFirstCall_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aioring._core.CacheFirstCall",
+    .tp_basicsize = sizeof(CacheFirstCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A CacheFirst call's coroutine: the page cache's try, then rest's coroutine.",
+    .tp_as_async = &call_as_async,
+    .tp_iternext = (iternextfunc)call_iternext,
+    .tp_traverse = (traverseproc)call_traverse,
+    .tp_clear = (inquiry)call_clear,
+    .tp_finalize = (destructor)call_finalize,
+    .tp_dealloc = (destructor)call_dealloc,
+    .tp_methods = call_methods,
+};
+
 static PyMethodDef fileops_methods[] = {
     {"fileops_setup", fileops_setup, METH_VARARGS,
      "fileops_setup(plain, owed, unyielded, yield_every, size_max, cache_missed): policy's state "
@@ -231,5 +584,15 @@ static PyMethodDef fileops_methods[] = {
 int
 aior_fileops_add(PyObject *module)
 {
+    str_throw = PyUnicode_InternFromString("throw");
+    str_close = PyUnicode_InternFromString("close");
+    if (str_throw == NULL || str_close == NULL)
+        return -1;
+    if (PyType_Ready(&CacheFirst_Type) < 0 || PyType_Ready(&CacheFirstCall_Type) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(module, "CacheFirst", (PyObject *)&CacheFirst_Type) < 0 ||
+        PyModule_AddIntConstant(module, "TRY_READINTO", TRY_READINTO) < 0 ||
+        PyModule_AddIntConstant(module, "TRY_READ", TRY_READ) < 0)
+        return -1;
     return PyModule_AddFunctions(module, fileops_methods);
 }

@@ -38,7 +38,21 @@
  *               start of the result, the rest is the ring's;
  *    None       not tried: policy's.
  *
- * aior_fileops_add(module) -> 0 | -1  Adds the three functions to module.
+ * CacheFirst(kind, public, rest)  A coroutine function (aioring.read and
+ *  readinto) whose call returns a coroutine-like object (CacheFirstCall)
+ *  without a Python frame; awaited, its first step is the try of its kind
+ *  (TRY_READINTO: readinto_cached's, TRY_READ: read_cached's) on the call's
+ *  (fd, buffer or size, offset).  A hit (an int of 0 or more; bytes) is its
+ *  result at once; any other answer goes to rest(fd, x, offset, answer),
+ *  the Python coroutine it then delegates send, throw and close to.  A call
+ *  with keywords or not 2 or 3 arguments is public's own call (its binding,
+ *  its errors).  Otherwise as public's coroutine: reused after the end it
+ *  raises RuntimeError, never awaited it warns, thrown into or closed before
+ *  its first step it runs nothing.  Its attributes (a __dict__) take
+ *  public's name, docstring and __wrapped__.
+ *
+ * aior_fileops_add(module) -> 0 | -1  Adds the functions, CacheFirst and the
+ *  TRY_ kinds to module.
  */
 #ifndef AIORING_FILEOPS_H
 #define AIORING_FILEOPS_H

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import uvloop
 
+import aioring
 from aioring import _loops, _ops
 
 LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
@@ -134,9 +135,14 @@ def python_tries(monkeypatch: pytest.MonkeyPatch) -> None:
     """The core's page-cache reads (aioring._core.read_cached and
     readinto_cached, which call preadv2 themselves) hand every call to
     aioring._ops, whose tries go through _ops._preadv: a test that replaces
-    it sees every try."""
+    it sees every try.  (aioring.read and readinto try in the core before
+    their Python functions run: those functions stand in for them.)"""
     monkeypatch.setattr(_ops, "read_cached", lambda *args: None)
     monkeypatch.setattr(_ops, "readinto_cached", lambda *args: -1)
+    for name in ("read", "readinto"):
+        python_function = getattr(_ops, name).__wrapped__
+        monkeypatch.setattr(_ops, name, python_function)
+        monkeypatch.setattr(aioring, name, python_function)
 
 
 @pytest.fixture
