@@ -428,7 +428,8 @@ static PyObject *
 call_send(CacheFirstCall *self, PyObject *arg)
 {
     PyObject *result = NULL;
-    return step_result(call_am_send(self, arg, &result), result);
+    PySendResult status = call_am_send(self, arg, &result);
+    return step_result(status, result);
 }
 
 static PyObject *

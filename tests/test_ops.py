@@ -6,6 +6,7 @@ import array
 import concurrent.futures
 import asyncio
 import errno
+import gc
 import os
 import socket
 import struct
@@ -92,6 +93,69 @@ async def test_the_core_serves_just_the_page_cache_reads_policy_tries(data_file)
     _ops._plain.discard(fd)
     assert _core.read_cached(fd, 100, 0) is None and _core.readinto_cached(fd, buf, 0) == -1
     assert _ops._unyielded[0] == count + 3 and buf == content[7:57]
+
+
+@pytest.mark.parametrize("name", ["read", "readinto"])
+async def test_read_and_readinto_are_coroutine_functions_like_their_python_ones(data_file, pipe, name):
+    """aioring.read and readinto (the core's, which try the page cache before
+    any Python frame) look and behave as the coroutine functions they stand
+    for: name, docstring, signature, keyword calls, binding errors, a
+    coroutine that asyncio takes, that nothing runs before it is awaited,
+    that cannot be awaited twice and that warns when never awaited."""
+    import inspect
+    import warnings
+    fd, content = data_file
+    public = getattr(aioring, name)
+    python = public.__wrapped__
+    assert (public.__name__, public.__qualname__, public.__doc__, public.__module__) == \
+        (python.__name__, python.__qualname__, python.__doc__, python.__module__)
+    assert inspect.signature(public) == inspect.signature(python)
+    assert asyncio.iscoroutinefunction(public) and asyncio.iscoroutinefunction(python)
+    assert repr(public) == repr(python)
+    second = bytearray(4096) if name == "readinto" else 4096
+    want = 4096 if name == "readinto" else content[4096:8192]
+    assert await public(fd, second, 4096) == want
+    assert await public(fd=fd, offset=4096, **{"buffer" if name == "readinto" else "size": second}) == want
+    assert await asyncio.create_task(public(fd, second, 4096)) == want
+    for bad in ((fd,), (fd, second, 0, 0)):
+        errors = []
+        for function in (public, python):
+            with pytest.raises(TypeError) as info:
+                function(*bad)
+            errors.append(str(info.value))
+        assert errors[0] == errors[1]
+    for function in (public, python):
+        coro = function(fd, second, 0)
+        assert asyncio.iscoroutine(coro)
+        with pytest.raises(StopIteration) as stop:
+            coro.send(None)
+        assert stop.value.value == (4096 if name == "readinto" else content[:4096])
+        with pytest.raises(RuntimeError, match="cannot reuse already awaited coroutine"):
+            coro.send(None)
+        coro = function(fd, second, 0)
+        with pytest.raises(KeyError):
+            coro.throw(KeyError("thrown"))  # (before its first step: nothing runs)
+        coro.close()
+        function(fd, second, 0).close()  # (closed unstarted: no warning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        public(fd, second, 0)
+        python(fd, second, 0)
+        gc.collect()
+    assert [str(w.message) for w in caught if w.category is RuntimeWarning] == \
+        [f"coroutine '{name}' was never awaited"] * 2
+    # A pipe's read goes on in the Python coroutine after the try: cancelled
+    # there, it is cancelled, and the pipe's bytes come to the next read.
+    r, w = pipe
+    size = bytearray(10) if name == "readinto" else 10
+    waiting = asyncio.ensure_future(public(r, size))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    waiting.cancel()
+    await asyncio.wait([waiting])
+    assert waiting.cancelled()
+    os.write(w, b"ping")
+    assert await public(r, size) == (4 if name == "readinto" else b"ping")
 
 
 async def test_page_cache_reads_into_memoryviews_match_preadv(data_file):
