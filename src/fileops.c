@@ -97,13 +97,22 @@ count_served(void)
     return 0;
 }
 
-/* preadv2(RWF_NOWAIT) of n bytes at buf, without the GIL: the count, or -1
-   with errno set. */
+/* Reads of at most this many bytes keep the GIL through their system call
+   (see read_nowait). */
+#define GIL_KEPT_MAX (16 * 1024)
+
+/* preadv2(RWF_NOWAIT) of n bytes at buf: the count, or -1 with errno set.
+   Without the GIL, unless n is at most GIL_KEPT_MAX: a copy of a few pages
+   from the page cache takes less than the GIL's release and retaking (which
+   are a fifth of a 4 KiB read's time on its own), and a read that would wait
+   for the disk does not wait, so another thread waits no longer than that. */
 static Py_ssize_t
 read_nowait(int fd, char *buf, Py_ssize_t n, long long offset)
 {
     struct iovec iov = {buf, (size_t)n};
     Py_ssize_t got;
+    if (n <= GIL_KEPT_MAX)
+        return preadv2(fd, &iov, 1, (off_t)offset, RWF_NOWAIT);
     Py_BEGIN_ALLOW_THREADS
     got = preadv2(fd, &iov, 1, (off_t)offset, RWF_NOWAIT);
     Py_END_ALLOW_THREADS
