@@ -127,7 +127,8 @@ TRY_READ: int
 
 class CacheFirst:
     """A coroutine function whose awaited call first tries the page cache in C."""
-    def __init__(self, kind: int, public: Callable[..., Any], rest: Callable[..., Any], /) -> None: ...
+    def __init__(self, kind: int, public: Callable[..., Any], rest: Callable[..., Any],
+                 served: Callable[[Any], Any], /) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 # A whole file's rest from the page cache, at once, and the fstat an open needs

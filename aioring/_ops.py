@@ -282,17 +282,26 @@ fileops_setup(_plain, _redelivery.owed, _unyielded, YIELD_EVERY, UNZEROED_MIN, c
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+async def _served_at_yield(result: Any) -> Any:
+    """A read the core served when a yield to the loop was due: counted by
+    pace, which yields (after the read, as a read served here does)."""
+    if pace():
+        await _yield_keeping()
+    return result
+
+
 def _cache_first(kind: int, rest: Callable[..., Any]) -> Callable[[_F], _F]:
     """The decorated coroutine function as the core's CacheFirst: a call
     awaited tries the page cache (its kind's try: TRY_READINTO or TRY_READ)
-    in its first step, without a coroutine frame, and returns a hit there;
+    in its first step, without a coroutine frame, and returns a hit there
+    (when a yield to the loop is due, after _served_at_yield's yield);
     otherwise it goes on in rest's coroutine with the try's answer, as the
     decorated function does.  Calls with keywords or a wrong count of
     arguments are the function's own (its binding, its errors).  Name,
     docstring and signature are the function's (functools.update_wrapper),
     and asyncio.iscoroutinefunction() says True for it, as for the function."""
     def wrap(func: _F) -> _F:
-        first = functools.update_wrapper(CacheFirst(kind, func, rest), func)
+        first = functools.update_wrapper(CacheFirst(kind, func, rest, _served_at_yield), func)
         first._is_coroutine = asyncio.coroutines._is_coroutine  # type: ignore[attr-defined]
         if hasattr(inspect, "markcoroutinefunction"):  # (Python 3.12 on)
             inspect.markcoroutinefunction(first)

@@ -40,7 +40,7 @@ fileops_setup(PyObject *module, PyObject *args)
 }
 
 /* The calls served without a yield so far, or -1 when policy must take this
-   call (its yield is due, or the counter is not an int). */
+   call (the counter is not an int). */
 static long
 unyielded_count(void)
 {
@@ -52,17 +52,23 @@ unyielded_count(void)
         PyErr_Clear();
         return -1;
     }
-    return c < yield_every - 1 ? c : -1;
+    return c;
 }
 
-/* Whether the fast path may take this call: 1 with *fd and *offset set. */
+/* Whether the fast path may take this call: 1 with *fd and *offset set.
+   When a yield is due: with yield_due NULL, 0 (policy's call); otherwise 1,
+   with *yield_due set (served, the call is policy's to count and yield). */
 static int
-cached_due(PyObject *fd_obj, PyObject *offset_obj, int *fd, long long *offset)
+cached_due(PyObject *fd_obj, PyObject *offset_obj, int *fd, long long *offset, int *yield_due)
 {
     int overflow;
+    long count;
 
     if (plain == NULL || !PyLong_CheckExact(fd_obj) || !PyLong_CheckExact(offset_obj) ||
-        PyDict_GET_SIZE(owed) || unyielded_count() < 0)
+        PyDict_GET_SIZE(owed) || (count = unyielded_count()) < 0)
+        return 0;
+    int due = count >= yield_every - 1;
+    if (due && yield_due == NULL)
         return 0;
     long f = PyLong_AsLongAndOverflow(fd_obj, &overflow);
     if (overflow || f < INT_MIN || f > INT_MAX)
@@ -78,6 +84,8 @@ cached_due(PyObject *fd_obj, PyObject *offset_obj, int *fd, long long *offset)
     }
     *fd = (int)f;
     *offset = o;
+    if (yield_due != NULL)
+        *yield_due = due;
     return 1;
 }
 
@@ -140,16 +148,18 @@ wrong_count(const char *name, Py_ssize_t nargs)
     return NULL;
 }
 
-/* readinto_cached's answer for args (fd, buffer, offset). */
+/* readinto_cached's answer for args (fd, buffer, offset); with yield_due
+   not NULL, also when a yield is due (see cached_due: a call served then is
+   not counted). */
 static PyObject *
-try_readinto(PyObject *const *args)
+try_readinto(PyObject *const *args, int *yield_due)
 {
     int fd;
     long long offset;
     Py_buffer view;
 
     PyObject *buffer = args[1];
-    if (!cached_due(args[0], args[2], &fd, &offset) ||
+    if (!cached_due(args[0], args[2], &fd, &offset, yield_due) ||
         !(PyByteArray_CheckExact(buffer) || PyMemoryView_Check(buffer)))
         return PyLong_FromLong(-1);
     if (PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
@@ -161,7 +171,7 @@ try_readinto(PyObject *const *args)
     int err = errno;
     PyBuffer_Release(&view);
     if (got == n || got == 0)
-        return count_served() < 0 ? NULL : PyLong_FromSsize_t(got);
+        return (yield_due == NULL || !*yield_due) && count_served() < 0 ? NULL : PyLong_FromSsize_t(got);
     if (got > 0)
         return PyLong_FromSsize_t(-2 - got);
     int miss = missed(err, args[0]);
@@ -170,14 +180,15 @@ try_readinto(PyObject *const *args)
     return PyLong_FromLong(miss ? -2 : -1);  /* (another error: the ring's read reports it) */
 }
 
-/* read_cached's answer for args (fd, size, offset). */
+/* read_cached's answer for args (fd, size, offset); yield_due as
+   try_readinto's. */
 static PyObject *
-try_read(PyObject *const *args)
+try_read(PyObject *const *args, int *yield_due)
 {
     int fd;
     long long offset;
 
-    if (!PyLong_CheckExact(args[1]) || !cached_due(args[0], args[2], &fd, &offset))
+    if (!PyLong_CheckExact(args[1]) || !cached_due(args[0], args[2], &fd, &offset, yield_due))
         Py_RETURN_NONE;
     Py_ssize_t size = PyLong_AsSsize_t(args[1]);
     if (size < 0 || size >= size_max) {
@@ -208,7 +219,7 @@ try_read(PyObject *const *args)
         return miss < 0 ? NULL : PyByteArray_FromStringAndSize(NULL, 0);
     }
     if (got == size || end) {
-        if (count_served() < 0) {
+        if ((yield_due == NULL || !*yield_due) && count_served() < 0) {
             Py_DECREF(out);
             return NULL;
         }
@@ -226,13 +237,13 @@ try_read(PyObject *const *args)
 static PyObject *
 readinto_cached(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    return nargs == 3 ? try_readinto(args) : wrong_count("readinto_cached", nargs);
+    return nargs == 3 ? try_readinto(args, NULL) : wrong_count("readinto_cached", nargs);
 }
 
 static PyObject *
 read_cached(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    return nargs == 3 ? try_read(args) : wrong_count("read_cached", nargs);
+    return nargs == 3 ? try_read(args, NULL) : wrong_count("read_cached", nargs);
 }
 
 /* ------------------------------------------------------------ CacheFirst */
@@ -246,6 +257,7 @@ typedef struct {
     int kind;             /* TRY_READINTO or TRY_READ */
     PyObject *public_fn;  /* the coroutine function it stands for */
     PyObject *rest;       /* rest(fd, x, offset, tried): the coroutine after a try not served */
+    PyObject *served;     /* served(result): the coroutine after a hit when a yield was due */
     PyObject *dict;       /* its attributes (__doc__, __wrapped__, ...: functools.update_wrapper) */
 } CacheFirst;
 
@@ -288,16 +300,18 @@ static PyObject *
 cache_first_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     int kind;
-    PyObject *public_fn, *rest;
+    PyObject *public_fn, *rest, *served;
 
     if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
         PyErr_SetString(PyExc_TypeError, "CacheFirst() takes no keyword arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "iOO:CacheFirst", &kind, &public_fn, &rest))
+    if (!PyArg_ParseTuple(args, "iOOO:CacheFirst", &kind, &public_fn, &rest, &served))
         return NULL;
-    if ((kind != TRY_READINTO && kind != TRY_READ) || !PyCallable_Check(public_fn) || !PyCallable_Check(rest)) {
-        PyErr_SetString(PyExc_ValueError, "CacheFirst(kind, public, rest) needs a known kind and callables");
+    if ((kind != TRY_READINTO && kind != TRY_READ) || !PyCallable_Check(public_fn) || !PyCallable_Check(rest) ||
+        !PyCallable_Check(served)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "CacheFirst(kind, public, rest, served) needs a known kind and callables");
         return NULL;
     }
     CacheFirst *self = (CacheFirst *)type->tp_alloc(type, 0);
@@ -307,6 +321,7 @@ cache_first_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->kind = kind;
     self->public_fn = Py_NewRef(public_fn);
     self->rest = Py_NewRef(rest);
+    self->served = Py_NewRef(served);
     return (PyObject *)self;
 }
 
@@ -315,6 +330,7 @@ cache_first_traverse(CacheFirst *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->public_fn);
     Py_VISIT(self->rest);
+    Py_VISIT(self->served);
     Py_VISIT(self->dict);
     return 0;
 }
@@ -324,6 +340,7 @@ cache_first_clear(CacheFirst *self)
 {
     Py_CLEAR(self->public_fn);
     Py_CLEAR(self->rest);
+    Py_CLEAR(self->served);
     Py_CLEAR(self->dict);
     return 0;
 }
@@ -352,7 +369,7 @@ static PyTypeObject CacheFirst_Type = {
     .tp_name = "aioring._core.CacheFirst",
     .tp_basicsize = sizeof(CacheFirst),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "CacheFirst(kind, public, rest): a coroutine function whose call's first step is the "
+    .tp_doc = "CacheFirst(kind, public, rest, served): a coroutine function whose call's first step is the "
               "page cache's try (see fileops.h).",
     .tp_new = cache_first_new,
     .tp_call = PyVectorcall_Call,
@@ -372,20 +389,27 @@ reused(void)
     return NULL;
 }
 
-/* The first step: the try; served, the result, else rest's coroutine. */
+/* The first step: the try; served, the result (or served's coroutine when
+   a yield is due), else rest's coroutine. */
 static PySendResult
 call_start(CacheFirstCall *self, PyObject **result)
 {
-    int kind = self->owner->kind;
-    PyObject *tried = kind == TRY_READINTO ? try_readinto(self->args) : try_read(self->args);
+    int kind = self->owner->kind, yield_due = 0;
+    PyObject *tried = kind == TRY_READINTO ? try_readinto(self->args, &yield_due)
+                                           : try_read(self->args, &yield_due);
     if (tried == NULL)
         return PYGEN_ERROR;
     if (kind == TRY_READINTO ? PyLong_AsLong(tried) >= 0 : PyBytes_CheckExact(tried)) {
-        *result = tried;
-        return PYGEN_RETURN;
+        if (!yield_due) {
+            *result = tried;
+            return PYGEN_RETURN;
+        }
+        self->inner = PyObject_CallOneArg(self->owner->served, tried);
     }
-    PyObject *rest_args[4] = {self->args[0], self->args[1], self->args[2], tried};
-    self->inner = PyObject_Vectorcall(self->owner->rest, rest_args, 4, NULL);
+    else {
+        PyObject *rest_args[4] = {self->args[0], self->args[1], self->args[2], tried};
+        self->inner = PyObject_Vectorcall(self->owner->rest, rest_args, 4, NULL);
+    }
     Py_DECREF(tried);
     if (self->inner == NULL)
         return PYGEN_ERROR;

@@ -38,13 +38,15 @@
  *               start of the result, the rest is the ring's;
  *    None       not tried: policy's.
  *
- * CacheFirst(kind, public, rest)  A coroutine function (aioring.read and
+ * CacheFirst(kind, public, rest, served)  A coroutine function (aioring.read and
  *  readinto) whose call returns a coroutine-like object (CacheFirstCall)
  *  without a Python frame; awaited, its first step is the try of its kind
  *  (TRY_READINTO: readinto_cached's, TRY_READ: read_cached's) on the call's
- *  (fd, buffer or size, offset).  A hit (an int of 0 or more; bytes) is its
- *  result at once; any other answer goes to rest(fd, x, offset, answer),
- *  the Python coroutine it then delegates send, throw and close to.  A call
+ *  (fd, buffer or size, offset), made also when a yield is due.  A hit (an
+ *  int of 0 or more; bytes) is its result at once, or, when a yield is due
+ *  (then not counted in unyielded[0]), served(result)'s to count and yield;
+ *  any other answer goes to rest(fd, x, offset, answer).  It delegates send,
+ *  throw and close to the Python coroutine it goes on in.  A call
  *  with keywords or not 2 or 3 arguments is public's own call (its binding,
  *  its errors).  Otherwise as public's coroutine: reused after the end it
  *  raises RuntimeError, never awaited it warns, thrown into or closed before
