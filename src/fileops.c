@@ -110,6 +110,10 @@ count_served(void)
 #define GIL_KEPT_MAX (16 * 1024)
 
 /* preadv2(RWF_NOWAIT) of n bytes at buf: the count, or -1 with errno set.
+   (One system call a read.  The kernel's part of a 4 KiB page-cache read,
+   timed in a C loop here: pread 0.68 us, preadv2 0.78 us with or without
+   RWF_NOWAIT, preadv 0.80 us: the tenth of a microsecond over pread is the
+   iovec's, which no call that can refuse to wait avoids.)
    Without the GIL, unless n is at most GIL_KEPT_MAX: a copy of a few pages
    from the page cache takes less than the GIL's release and retaking (which
    are a fifth of a 4 KiB read's time on its own), and a read that would wait
