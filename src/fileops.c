@@ -114,16 +114,19 @@ count_served(void)
    timed in a C loop here: pread 0.68 us, preadv2 0.78 us with or without
    RWF_NOWAIT, preadv 0.80 us: the tenth of a microsecond over pread is the
    iovec's, which no call that can refuse to wait avoids.)
-   Without the GIL, unless n is at most GIL_KEPT_MAX: a copy of a few pages
-   from the page cache takes less than the GIL's release and retaking (which
-   are a fifth of a 4 KiB read's time on its own), and a read that would wait
-   for the disk does not wait, so another thread waits no longer than that. */
+   Without the GIL, unless n is at most GIL_KEPT_MAX and buf is heap memory
+   (heap: a bytes object or a bytearray): a copy of a few pages from the page
+   cache takes less than the GIL's release and retaking (which are a fifth of
+   a 4 KiB read's time on its own), and a read that would wait for the disk
+   does not wait, so another thread waits no longer than that.  (Other
+   memory, a memoryview of a file's mmap say, may wait for the disk in the
+   copy's page fault: the GIL is released for it.) */
 static Py_ssize_t
-read_nowait(int fd, char *buf, Py_ssize_t n, long long offset)
+read_nowait(int fd, char *buf, Py_ssize_t n, long long offset, int heap)
 {
     struct iovec iov = {buf, (size_t)n};
     Py_ssize_t got;
-    if (n <= GIL_KEPT_MAX)
+    if (heap && n <= GIL_KEPT_MAX)
         return preadv2(fd, &iov, 1, (off_t)offset, RWF_NOWAIT);
     Py_BEGIN_ALLOW_THREADS
     got = preadv2(fd, &iov, 1, (off_t)offset, RWF_NOWAIT);
@@ -171,7 +174,7 @@ try_readinto(PyObject *const *args, int *yield_due)
         return PyLong_FromLong(-1);
     }
     Py_ssize_t n = view.len;
-    Py_ssize_t got = read_nowait(fd, view.buf, n, offset);
+    Py_ssize_t got = read_nowait(fd, view.buf, n, offset, PyByteArray_CheckExact(buffer));
     int err = errno;
     PyBuffer_Release(&view);
     if (got == n || got == 0)
@@ -204,10 +207,10 @@ try_read(PyObject *const *args, int *yield_due)
     if (out == NULL)
         return NULL;
     char *buf = PyBytes_AS_STRING(out);
-    Py_ssize_t got = read_nowait(fd, buf, size, offset);
+    Py_ssize_t got = read_nowait(fd, buf, size, offset, 1);
     int end = got == 0;  /* (at end of file, or size 0) */
     if (got > 0 && got < size) {  /* end of file, or only part of it was cached: ask again */
-        Py_ssize_t more = read_nowait(fd, buf + got, size - got, offset + got);
+        Py_ssize_t more = read_nowait(fd, buf + got, size - got, offset + got, 1);
         if (more < 0 && missed(errno, args[0]) < 0) {
             Py_DECREF(out);
             return NULL;
