@@ -601,7 +601,9 @@ class TLSLayer:
     def _read_into(self, reader: StreamReader, n: int, view: memoryview) -> int:
         """Decrypt at most n bytes into view, from as many records as the
         incoming BIO holds: their number, 0 at close_notify, -1 when more
-        ciphertext is needed."""
+        ciphertext is needed.  A close_notify after plaintext ends the
+        stream too (the BIO no longer holds it): the plaintext is returned,
+        and the next read sees the end."""
         if self._error is not None:
             raise self._error
         obj = self._obj
@@ -613,7 +615,7 @@ class TLSLayer:
             while incoming.pending or (self._held and obj.pending()):
                 got: int = obj.read(n - done, view[done:] if done else view)
                 if not got:
-                    ended = not done
+                    ended = True
                     break
                 done += got
                 self._held = done == n  # (else the record's plaintext is all out)
@@ -622,7 +624,7 @@ class TLSLayer:
         except _WANT:
             pass
         except ssl.SSLZeroReturnError:
-            ended = not done
+            ended = True
         except ssl.SSLError as exc:
             if not done:
                 raise
@@ -632,7 +634,7 @@ class TLSLayer:
                 self._flush()
         if ended:
             self._peer_ended(reader, True)
-            return 0
+            return done
         return done or -1
 
     async def _decrypt_into(self, reader: StreamReader, view: memoryview, done: int, n: int,

@@ -118,14 +118,21 @@ async def test_readinto_and_lines(certs: Certs) -> None:
         await writer.drain()
         writer.close()
 
-    server, port = await serve(aioring, handler, certs)
+    # The server waits for the client's close_notify far longer than the
+    # read below may take: the end must come from its close_notify, which
+    # arrives with the last plaintext, not from the server giving up.
+    server, port = await serve(aioring, handler, certs, ssl_shutdown_timeout=600)
     reader, writer = await connect(aioring, port, certs)
     assert await reader.readline() == b"line one\n"
     assert await reader.readuntil(b"\n") == b"line two\n"
     got = bytearray()
     buf = bytearray(50_000)
+    gave_up: list[bool] = []  # (the client closing first, should the end never come)
+    watchdog = asyncio.get_running_loop().call_later(60, lambda: (gave_up.append(True), writer.close()))
     while n := await reader.readinto(buf):
         got += buf[:n]
+    watchdog.cancel()
+    assert not gave_up
     assert got == pattern(70_000)
     assert await reader.read() == b""  # the peer's close_notify: EOF
     assert reader.at_eof()
