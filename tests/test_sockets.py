@@ -206,9 +206,7 @@ async def test_what_already_arrived_is_received_at_once(socks):
     the same as the loop's methods give."""
     client, server = _tcp_pair(socks)
     client.sendall(b"0123456789")
-    for _ in range(100):  # until the bytes are in the server's socket
-        if select_readable(server):
-            break
+    assert select_readable(server, 30)  # (the bytes are in the server's socket: a wait, not a sleep)
     statistics()
     before = statistics()["submit_calls"], statistics()["completions"]
     assert await aioring.sock_recv(server, 4) == b"0123"
@@ -280,9 +278,10 @@ async def test_a_sendall_larger_than_the_socket_buffer_sends_the_rest_on_the_rin
     assert statistics()["completions"] > before  # (the ring sent what did not fit at once)
 
 
-def select_readable(sock: socket.socket) -> bool:
+def select_readable(sock: socket.socket, timeout: float = 0) -> bool:
+    """Whether `sock` is readable, waiting for it at most `timeout` seconds."""
     import select
-    return bool(select.select([sock], [], [], 0)[0])
+    return bool(select.select([sock], [], [], timeout)[0])
 
 
 # -------------------------------------------------------------------- accept
