@@ -29,6 +29,7 @@ import select
 import socket
 import struct
 import sys
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -56,24 +57,31 @@ _SEND_NOW = socket.MSG_DONTWAIT | MSG_NOSIGNAL
 # A receive that finds nothing sends the next receives of its fd straight to
 # the ring, twice as many each time, up to 64: a peer that answers only when
 # asked is not asked in vain before every receive.
-_recv_misses: dict[int, tuple[int, int]] = {}  # fd -> (receives left for the ring, next backoff)
+# fd -> (receives left for the ring, next backoff, the socket missed): the
+# socket by a weak reference, so that a socket given the fd number of one
+# closed after misses does not inherit its backoff.
+_recv_misses: dict[int, tuple[int, int, weakref.ref[socket.socket]]] = {}
 
 
-def _recv_due(fd: int) -> bool:
-    """Whether this receive of fd is tried at once (else: the ring's)."""
+def _recv_due(fd: int, sock: socket.socket) -> bool:
+    """Whether this receive of sock (at fd) is tried at once (else: the ring's)."""
     state = _recv_misses.get(fd)
     if state is None:
         return True
-    left, backoff = state
+    left, backoff, missed = state
+    if missed() is not sock:
+        del _recv_misses[fd]  # (another socket's, closed since)
+        return True
     if left:
-        _recv_misses[fd] = (left - 1, backoff)
+        _recv_misses[fd] = (left - 1, backoff, missed)
         return False
     return True
 
 
-def _recv_missed(fd: int) -> None:
-    _, backoff = _recv_misses.get(fd, (0, 1))
-    _recv_misses[fd] = (backoff, min(backoff * 2, 64))
+def _recv_missed(fd: int, sock: socket.socket) -> None:
+    state = _recv_misses.get(fd)
+    backoff = state[1] if state is not None and state[2]() is sock else 1
+    _recv_misses[fd] = (backoff, min(backoff * 2, 64), weakref.ref(sock))
 
 
 # ------------------------------------------------------------------ checks
@@ -270,11 +278,11 @@ async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
     if not nbytes:
         return b""  # as recv(0): nothing to wait for
     n = min(nbytes, MAX_RW)
-    if _recv_due(fd) and _now_ok(sock):
+    if _recv_due(fd, sock) and _now_ok(sock):
         try:
             data = sock.recv(n, _DONTWAIT)
         except (BlockingIOError, InterruptedError):
-            _recv_missed(fd)
+            _recv_missed(fd, sock)
         else:
             _recv_misses.pop(fd, None)
             if pace():
@@ -299,11 +307,11 @@ async def sock_recv_into(sock: socket.socket, buf: Any) -> int:
     n = min(writable_size(buf), MAX_RW)
     if not n:
         return 0  # as recv_into of an empty buffer: nothing to wait for
-    if _recv_due(fd) and _now_ok(sock):
+    if _recv_due(fd, sock) and _now_ok(sock):
         try:
             got = sock.recv_into(buf, n, _DONTWAIT)
         except (BlockingIOError, InterruptedError):
-            _recv_missed(fd)
+            _recv_missed(fd, sock)
         else:
             _recv_misses.pop(fd, None)
             if pace():

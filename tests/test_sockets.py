@@ -278,6 +278,28 @@ async def test_a_sendall_larger_than_the_socket_buffer_sends_the_rest_on_the_rin
     assert statistics()["completions"] > before  # (the ring sent what did not fit at once)
 
 
+
+async def test_a_socket_does_not_inherit_the_receive_backoff_of_a_closed_one(socks):
+    """A receive that found nothing makes the next few of that socket go to
+    the ring; a new socket given the same fd number once it closed is tried
+    at once again."""
+    client, server = _tcp_pair(socks)
+    task = asyncio.ensure_future(aioring.sock_recv(server, 10))
+    await asyncio.sleep(0)  # (its try found nothing: the ring waits for the byte)
+    client.sendall(b"x")
+    assert await task == b"x"
+    client, other = _tcp_pair(socks)
+    fd = server.fileno()
+    server.close()  # (nothing opens an fd until the dup2 takes this number again)
+    server = socks(socket.socket(fileno=os.dup2(other.fileno(), fd)))
+    server.setblocking(False)
+    client.sendall(b"0123")
+    assert select_readable(server, 30)
+    statistics()
+    before = statistics()["submit_calls"], statistics()["completions"]
+    assert await aioring.sock_recv(server, 4) == b"0123"
+    assert (statistics()["submit_calls"], statistics()["completions"]) == before  # no ring op
+
 def select_readable(sock: socket.socket, timeout: float = 0) -> bool:
     """Whether `sock` is readable, waiting for it at most `timeout` seconds."""
     import select
