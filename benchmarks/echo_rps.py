@@ -23,6 +23,10 @@ Variants of the server (each on asyncio's default loop and on uvloop):
 * asyncio-streams   ``asyncio.start_server``; ``data = await reader.read(65536)``,
                     ``writer.write(data)``, ``await writer.drain()``.  On uvloop
                     these are "uvloop streams"
+* floor             the protocol below, but ``data_received`` hands the bytes to a task of
+                    the connection through a future, and the task writes the echo: what any
+                    server whose handler awaits a read costs at least on that loop's own
+                    transport (a future and a task wake-up per request, nothing else)
 * protocol          a plain ``asyncio.Protocol`` whose ``data_received`` calls
                     ``transport.write(data)``.  On uvloop this is "uvloop Protocol"
 
@@ -81,7 +85,7 @@ except ImportError:  # not installed: use the checkout this script lives in
 
 
 HOST = "127.0.0.1"
-ALL_VARIANTS = ("aioring-readinto", "aioring-read", "asyncio-streams", "protocol")
+ALL_VARIANTS = ("aioring-readinto", "aioring-read", "asyncio-streams", "floor", "protocol")
 AIORING_VARIANTS = ALL_VARIANTS[:2]
 ALL_LOOPS = ("asyncio", "uvloop")
 ALL_CONNS = (25, 250)
@@ -193,6 +197,46 @@ class EchoProtocol(asyncio.Protocol):
             self.state.transports.discard(self.transport)
 
 
+class FloorProtocol(EchoProtocol):
+    """EchoProtocol whose bytes go to a task of the connection, through a future, for it to echo."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.pending: list[bytes] = []
+        self.waiter: asyncio.Future[None] | None = None
+        self.lost = False
+        self.task = asyncio.get_running_loop().create_task(self.echo())
+
+    def data_received(self, data: bytes) -> None:
+        self.pending.append(data)
+        self.wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.wake()
+        super().connection_lost(exc)
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def echo(self) -> None:
+        loop = asyncio.get_running_loop()
+        pending = self.pending
+        assert self.transport is not None
+        write = self.transport.write
+        while True:
+            while not pending:
+                if self.lost:
+                    return
+                self.waiter = loop.create_future()
+                await self.waiter
+            data = b"".join(pending) if len(pending) > 1 else pending[0]
+            pending.clear()
+            write(data)
+
+
 async def serve(variant: str) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     state = ServerState()
@@ -212,6 +256,8 @@ async def serve(variant: str) -> dict[str, Any]:
         server = await aioring.start_server(read_handler(state), sock=listener, backlog=1024)
     elif variant == "asyncio-streams":
         server = await asyncio.start_server(read_handler(state), sock=listener, backlog=1024)
+    elif variant == "floor":
+        server = await loop.create_server(lambda: FloorProtocol(state), sock=listener, backlog=1024)
     else:
         server = await loop.create_server(lambda: EchoProtocol(state), sock=listener, backlog=1024)
     stop = loop.create_future()
@@ -341,11 +387,11 @@ class PingPong(asyncio.Protocol):
             self.lost.set_result(None)
 
 
-def proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system, all threads) of process `pid` so far."""
+def proc_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds (user, system; all threads) of process `pid` so far."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    return int(fields[11]) / _TICK, int(fields[12]) / _TICK
 
 
 @dataclass
@@ -359,10 +405,12 @@ class Sample:
     wall_s: float = 0.0
     rps: float = 0.0
     server_cpu_s: float = 0.0
+    server_sys_s: float = 0.0  # the kernel's part of server_cpu_s
     client_cpu_s: float = 0.0
     server_cores: float = 0.0  # server CPU seconds per wall second in the window
     client_cores: float = 0.0
     server_cpu_us_per_req: float = 0.0
+    server_sys_us_per_req: float = 0.0
     other_cpu_s: float = 0.0  # the rest of the machine meanwhile (tick resolution)
     steal_s: float = 0.0
     total_requests: int = 0  # warm-up and wind-down included
@@ -398,11 +446,11 @@ async def generate_load(sample: Sample, port: int, pid: int, warmup: float, dura
         if state.errors:
             raise RuntimeError(state.errors[0])
         busy0, steal0 = machine_cpu()
-        c0, s0 = time.process_time(), proc_cpu(pid)
+        c0, (u0, k0) = time.process_time(), proc_cpu(pid)
         n0, t0 = sum(p.count for p in protocols), time.perf_counter()
         await asyncio.sleep(duration)
         n1, t1 = sum(p.count for p in protocols), time.perf_counter()
-        c1, s1 = time.process_time(), proc_cpu(pid)
+        c1, (u1, k1) = time.process_time(), proc_cpu(pid)
         busy1, steal1 = machine_cpu()
         state.stopping = True
         await asyncio.wait_for(asyncio.gather(*(p.idle for p in protocols)), 10)
@@ -423,7 +471,8 @@ async def generate_load(sample: Sample, port: int, pid: int, warmup: float, dura
     sample.requests = n1 - n0
     sample.wall_s = t1 - t0
     sample.client_cpu_s = c1 - c0
-    sample.server_cpu_s = s1 - s0
+    sample.server_cpu_s = (u1 - u0) + (k1 - k0)
+    sample.server_sys_s = k1 - k0
     sample.other_cpu_s = max(0.0, busy1 - busy0 - sample.client_cpu_s - sample.server_cpu_s)
     sample.steal_s = steal1 - steal0
     sample.total_requests = sum(p.count for p in protocols)
@@ -506,6 +555,7 @@ def one_run(sample: Sample, client_loop: str, warmup: float, duration: float, ti
     sample.server_cores = sample.server_cpu_s / sample.wall_s
     sample.client_cores = sample.client_cpu_s / sample.wall_s
     sample.server_cpu_us_per_req = sample.server_cpu_s / max(sample.requests, 1) * 1e6
+    sample.server_sys_us_per_req = sample.server_sys_s / max(sample.requests, 1) * 1e6
     return pinned
 
 
@@ -528,6 +578,7 @@ def median_rows(samples: list[Sample]) -> dict[Key, dict[str, Any]]:
                        server_cores=statistics.median(s.server_cores for s in ok),
                        client_cores=statistics.median(s.client_cores for s in ok),
                        server_cpu_us_per_req=statistics.median(s.server_cpu_us_per_req for s in ok),
+                       server_sys_us_per_req=statistics.median(s.server_sys_us_per_req for s in ok),
                        nodelay_all=all(s.server.get("nodelay") == s.conns for s in ok),
                        client_bound=sum(s.client_cpu_s >= CLIENT_SHARE * s.server_cpu_s for s in ok))
             ring = [s.server["ring"] for s in ok if s.server.get("ring")]
@@ -562,16 +613,17 @@ def report(medians: dict[Key, dict[str, Any]], configs: list[tuple[str, str]], c
         for variant, loop in configs:
             r = medians.get((variant, loop, c), {})
             if not r.get("runs"):
-                rows.append([variant, loop, "FAILED"] + [""] * 6)
+                rows.append([variant, loop, "FAILED"] + [""] * 7)
                 continue
             rps = r["rps"]
             flag = "  *" if r["client_bound"] else ""
             rows.append([variant, loop, f"{rps:,.0f}", f"{r['server_cpu_us_per_req']:.1f}",
+                         f"{r['server_sys_us_per_req']:.1f}",
                          f"{r['server_cores']:.2f}", f"{r['client_cores']:.2f}{flag}",
                          ratio(rps, medians.get((*UVLOOP_STREAMS, c), {}).get("rps")),
                          ratio(rps, medians.get((*UVLOOP_PROTOCOL, c), {}).get("rps")),
                          ratio(rps, medians.get(("asyncio-streams", "asyncio", c), {}).get("rps"))])
-        out.append(render(["server", "loop", "requests/s", "server CPU us/req", "server CPU",
+        out.append(render(["server", "loop", "requests/s", "server CPU us/req", "of it kernel", "server CPU",
                            "client CPU", "/ uvloop streams", "/ uvloop Protocol", "/ asyncio streams"],
                           rows))
     return "\n".join(out)
@@ -603,6 +655,40 @@ def targets(medians: dict[Key, dict[str, Any]], variants: list[str], loops: list
                 verdict = "PASS" if mine <= most * base else "FAIL"
                 lines.append(f"  {verdict}  {what}: {mine / base:.2f}x ({mine:.1f} vs {base:.1f} us)")
     return "\n".join(lines)
+
+
+def floor_lines(medians: dict[Key, dict[str, Any]], loops: list[str], conns: list[int]) -> str:
+    """Where the floor (a future and a task wake-up per request on the loop's
+    own transport) stands against the targets' references: what no server
+    whose handler awaits its reads passes on that loop."""
+    lines = []
+    for c in conns:
+        for loop in loops:
+            floor = medians.get(("floor", loop, c), {})
+            if not floor.get("runs"):
+                continue
+            parts = []
+            for _, ref, threshold in (t for t in TARGETS if t[0] == c):
+                base = medians.get((*ref, c), {}).get("rps")
+                if base:
+                    parts.append(f"{floor['rps'] / base:.2f}x {ref_name(ref)}' requests/s "
+                                 f"(target {threshold}x)")
+            for _, ref, most in (t for t in CPU_TARGETS if t[0] == c):
+                base = medians.get((*ref, c), {}).get("server_cpu_us_per_req")
+                if base:
+                    parts.append(f"{floor['server_cpu_us_per_req'] / base:.2f}x {ref_name(ref)}'s CPU "
+                                 f"per request (target at most {most}x)")
+            for variant in AIORING_VARIANTS:
+                mine = medians.get((variant, loop, c), {}).get("rps")
+                if mine:
+                    parts.append(f"{variant} {mine / floor['rps']:.2f}x the floor")
+            if parts:
+                lines.append(f"  {c} connections, {loop}: {floor['rps']:,.0f} requests/s, "
+                             f"{floor['server_cpu_us_per_req']:.1f} us/req = " + "; ".join(parts))
+    if not lines:
+        return ""
+    return "\n".join(["The floor (the loop's own transport, a future and a task wake-up per request; "
+                      "no server whose handler awaits its reads passes it on that loop):", *lines])
 
 
 def notes(medians: dict[Key, dict[str, Any]], samples: list[Sample]) -> str:
@@ -754,6 +840,9 @@ def main(argv: list[str] | None = None) -> int:
     print(report(medians, configs, args.conns, args.size, repeat, client_loop))
     print()
     print(targets(medians, [v for v in args.variants if v in AIORING_VARIANTS], loops))
+    floors = floor_lines(medians, loops, args.conns)
+    if floors:
+        print(floors)
     print()
     print(notes(medians, samples))
     if leaked_fds:
