@@ -133,24 +133,78 @@ class StreamReader(asyncio.StreamReader):
     async def _wait_for_data(self, func_name: str) -> None:
         if self._tls is not None:
             return await self._tls.wait_for_data(self, func_name)
-        rx = self._rx
-        if rx is None:
+        if self._rx is None:
             return await super()._wait_for_data(func_name)  # type: ignore[misc]
+        waiter = self._arrival(func_name)
+        if waiter is not None:
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    def _arrival(self, func_name: str) -> Awaitable[None] | None:
+        """What a read of a ring stream that wants more than is buffered
+        awaits (then sets _waiter to None): the reader's waiter, the receive
+        into the buffer armed.  None when the read that does not wait
+        brought bytes at once.  Raises asyncio's RuntimeError when another
+        coroutine waits.  (A method, not a coroutine: the reads' hot paths
+        call it without a coroutine of their own.)"""
         if self._waiter is not None:
             raise RuntimeError(f"{func_name}() called while another coroutine is already "
                                "waiting for incoming data")
+        rx = self._rx
+        assert rx is not None
         if not rx._armed and rx.pull_due():
             if pace():
-                await self._turn()  # (a stream that always has data still lets the loop run)
+                return self._turn_then_wait()  # (a stream that always has data still lets the loop run)
             if not rx._armed and rx.pull():
-                return
+                return None
+        return self._armed_waiter(rx)
+
+    def _armed_waiter(self, rx: _Receiver) -> asyncio.Future[None]:
         waiter = self._waiter = self._loop.create_future()
-        try:
-            if not rx._armed:
+        if not rx._armed:
+            try:
                 rx.arm()
-            await waiter
+            except BaseException:
+                self._waiter = None
+                raise
+        return waiter
+
+    async def _turn_then_wait(self) -> None:
+        await self._turn()
+        rx = self._rx
+        assert rx is not None
+        if not rx._armed and rx.pull():
+            return
+        try:
+            await self._armed_waiter(rx)
         finally:
             self._waiter = None
+
+    async def read(self, n: int = -1) -> bytes:
+        """As asyncio.StreamReader.read: the same arguments, result and exceptions."""
+        if n <= 0 or self._rx is None or self._tls is not None:
+            return await super().read(n)
+        if self._exception is not None:
+            raise self._exception
+        buffered = self._buffer
+        if not buffered and not self._eof:
+            waiter = self._arrival("read")  # (_wait_for_data's, without its coroutine: the hot path)
+            if waiter is not None:
+                try:
+                    await waiter
+                finally:
+                    self._waiter = None
+        if len(buffered) <= n:
+            data = bytes(buffered)
+            buffered.clear()
+        else:
+            data = bytes(memoryview(buffered)[:n])
+            del buffered[:n]
+        if self._paused:
+            self._maybe_resume_transport()  # type: ignore[attr-defined]
+        return data
 
     async def _turn(self) -> None:
         """Let the loop run once, as a reader that waits (others get RuntimeError)."""
@@ -253,21 +307,15 @@ class StreamReader(asyncio.StreamReader):
                         partial = bytes(buffered)
                         buffered.clear()
                         raise asyncio.IncompleteReadError(partial, n)
-                    if rx is None or self._waiter is not None:
+                    if rx is None:
                         await self._wait_for_data("readinto_exactly")
                         continue
-                    if not rx._armed and rx.pull_due():
-                        if pace():
-                            await self._turn()
-                        if not rx._armed and rx.pull():
-                            continue
-                    waiter = self._waiter = self._loop.create_future()
-                    try:
-                        if not rx._armed:
-                            rx.arm()
-                        await waiter
-                    finally:
-                        self._waiter = None
+                    waiter = self._arrival("readinto_exactly")
+                    if waiter is not None:
+                        try:
+                            await waiter
+                        finally:
+                            self._waiter = None
                 if len(buffered) == n:  # (the common case: one copy, no slice made)
                     buf[:] = buffered
                     buffered.clear()

@@ -14,6 +14,9 @@ counts are not.  Each workload runs in one process on one event loop:
 * echo_into   echo_rps's aioring-readinto server: 512-byte requests read
               with ``readinto`` into a 64 KiB buffer and echoed, against a
               client writing each and reading it back with readinto_exactly
+* echo_read   echo_rps's aioring-read server: 512-byte requests read with
+              ``read(65536)`` and echoed, over 8 connections at once (so that
+              a loop iteration serves several), against clients as echo_into's
 * small_files ``async with aioring.open(p, "rb") as f: await f.read()`` of a
               1 KiB file (one op = open, read, close)
 * pread4k     ``aioring.read(fd, 4096, offset)`` from a file in the page cache
@@ -58,7 +61,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".data"
-WORKLOADS = ("echo", "tls_echo", "echo64k", "echo_into", "small_files", "pread4k", "preadinto4k",
+WORKLOADS = ("echo", "tls_echo", "echo64k", "echo_into", "echo_read", "small_files", "pread4k", "preadinto4k",
              "cold4k")
 FRAME = 1024
 HDR = struct.Struct(">Q")
@@ -133,6 +136,36 @@ async def echo_into(ops: int) -> None:
         raise AssertionError("echo mismatch")
     writer.close()
     await writer.wait_closed()
+    server.close()
+    await server.wait_closed()
+
+
+async def echo_read(ops: int, conns: int = 1) -> None:
+    import aioring
+
+    async def handle(reader: aioring.StreamReader, writer: aioring.StreamWriter) -> None:
+        try:
+            while data := await reader.read(64 * 1024):
+                writer.write(data)
+                await writer.drain()
+        finally:
+            writer.close()
+
+    async def client(n: int) -> None:
+        reader, writer = await aioring.open_connection("127.0.0.1", port)
+        request, rbuf = os.urandom(512), bytearray(512)
+        for _ in range(n):
+            writer.write(request)
+            await writer.drain()
+            await reader.readinto_exactly(rbuf)
+        if rbuf != request:
+            raise AssertionError("echo mismatch")
+        writer.close()
+        await writer.wait_closed()
+
+    server = await aioring.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    await asyncio.gather(*(client(ops // conns) for _ in range(conns)))
     server.close()
     await server.wait_closed()
 
@@ -231,7 +264,8 @@ async def tls_echo(ops: int) -> None:
 
 
 RUNS: dict[str, Callable[[int], Awaitable[None]]] = {"echo": echo, "tls_echo": tls_echo, "echo64k": echo64k,
-                                                        "echo_into": echo_into, "small_files": small_files,
+                                                        "echo_into": echo_into, "echo_read": echo_read,
+                                                        "small_files": small_files,
                                                         "pread4k": pread4k, "preadinto4k": preadinto4k,
                                                         "cold4k": cold4k}
 

@@ -872,6 +872,9 @@ async def test_concurrent_reads_are_refused_as_asyncio_does(socks, impl):
         await reader.readexactly(3)
     assert str(info.value) == ("readexactly() called while another coroutine is already waiting "
                                "for incoming data")
+    with pytest.raises(RuntimeError) as info:
+        await reader.read(5)
+    assert str(info.value) == "read() called while another coroutine is already waiting for incoming data"
     if impl == "aioring":
         for name in ("readinto", "readinto_exactly"):
             with pytest.raises(RuntimeError) as info:
