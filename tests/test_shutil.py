@@ -160,6 +160,32 @@ async def test_copytree_options_like_shutil(tree: str, disk_dir: str) -> None:
     assert str(async_exc.value) == str(sync_exc.value)
 
 
+@pytest.mark.parametrize("kind", ["str", "slash", "path", "bytes"])
+async def test_copytree_names_its_entries_as_shutil_does(tree: str, disk_dir: str, kind: str) -> None:
+    """The names a copy_function gets (and errors carry) are shutil's
+    os.path.join of the directory as given and the entry's name: with a
+    trailing separator, a pathlib.Path, or bytes."""
+    import pathlib
+    os.remove(os.path.join(tree, "loop"))
+    os.remove(os.path.join(tree, "dangling"))
+    convert = {"str": str, "slash": lambda p: p + os.sep, "path": pathlib.Path, "bytes": os.fsencode}[kind]
+
+    def recorder(seen: list[Any]) -> Any:
+        def record(src: Any, dst: Any) -> Any:
+            seen.append((src, dst))
+            return dst
+        return record
+
+    want: list[Any] = []
+    got: list[Any] = []
+    src = convert(tree)
+    shutil.copytree(src, convert(os.path.join(disk_dir, "want")), copy_function=recorder(want))
+    await ashutil.copytree(src, convert(os.path.join(disk_dir, "got")), copy_function=recorder(got))
+    assert want
+    assert sorted(got) == sorted((s, d.replace(*((b"want", b"got") if kind == "bytes" else ("want", "got"))))
+                                 for s, d in want)
+
+
 @pytest.mark.parametrize("in_flight", [ashutil.REMOVE_OPS, 2])
 async def test_rmtree_removes_what_shutil_removes(
         tree: str, disk_dir: str, in_flight: int, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -526,11 +526,18 @@ class _TreeCopy:
         results: list[Any] = []
         jobs: list[tuple[list[Any], Any, Any, Any]] = []
         subtrees: list[tuple[int, Any, Any, Any]] = []
+        if entries:
+            # os.path.join(src, name) and (dst, name) of each entry, as shutil names
+            # them: each directory joined once with an empty name (which only ends it
+            # with a separator; mixed str and bytes raise join's TypeError, as there).
+            empty = entries[0].name[:0]
+            src_dir = os.path.join(os.fspath(src), empty)
+            dst_dir = os.path.join(os.fspath(dst), empty)
         for entry in entries:
             if entry.name in ignored:
                 continue
-            srcname = os.path.join(src, entry.name)
-            dstname = os.path.join(dst, entry.name)
+            srcname = src_dir + entry.name
+            dstname = dst_dir + entry.name
             srcobj = entry if self.fast else srcname
             slot: list[Any] = []
             try:

@@ -342,10 +342,26 @@ async def _read_write(src_fd: int, offset: int, dst_fd: int, shift: int, size: i
             return offset - start
         done = 0
         while done < got:
-            done += await _ops.write(dst_fd, view[done:got], offset + shift + done)
+            done += await _write_at(dst_fd, view[done:got], offset + shift + done)
         offset += got
         if got < room and offset >= end:
             return offset - start
+
+
+async def _write_at(fd: int, data: memoryview, offset: int) -> int:
+    """os.pwrite of `data` (a C-contiguous byte view) at `offset` (>= 0) of
+    `fd` through the ring: _ops.write's, without the checks its callers'
+    arguments need."""
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
+    op = ring.start(loop, None, (_binding.OP_WRITE, fd, 0, min(len(data), _ops.MAX_RW), offset, 0), data,
+                    None)
+    try:
+        return await result(ring, op)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL and (error := _ops.direct_error(fd, data, offset)) is not None:
+            raise error from None
+        raise
 
 
 async def _splice(fd_in: int, off_in: int, fd_out: int, off_out: int, nbytes: int) -> int:
