@@ -25,7 +25,7 @@ Variants of the server (each on asyncio's default loop and on uvloop):
                     these are "uvloop streams"
 * floor             the protocol below, but ``data_received`` hands the bytes to a task of
                     the connection through a future, and the task writes the echo: what any
-                    server whose handler awaits a read costs at least on that loop's own
+                    server whose handler awaits a read costs at least over that loop's own
                     transport (a future and a task wake-up per request, nothing else)
 * protocol          a plain ``asyncio.Protocol`` whose ``data_received`` calls
                     ``transport.write(data)``.  On uvloop this is "uvloop Protocol"
@@ -688,7 +688,8 @@ def floor_lines(medians: dict[Key, dict[str, Any]], loops: list[str], conns: lis
     if not lines:
         return ""
     return "\n".join(["The floor (the loop's own transport, a future and a task wake-up per request; "
-                      "no server whose handler awaits its reads passes it on that loop):", *lines])
+                      "no server whose handler awaits its reads over that loop's transport passes it):",
+                      *lines])
 
 
 def notes(medians: dict[Key, dict[str, Any]], samples: list[Sample]) -> str:
