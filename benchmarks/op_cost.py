@@ -15,8 +15,7 @@ counts are not.  Each workload runs in one process on one event loop:
               with ``readinto`` into a 64 KiB buffer and echoed, against a
               client writing each and reading it back with readinto_exactly
 * echo_read   echo_rps's aioring-read server: 512-byte requests read with
-              ``read(65536)`` and echoed, over 8 connections at once (so that
-              a loop iteration serves several), against clients as echo_into's
+              ``read(65536)`` and echoed, against echo_into's client
 * small_files ``async with aioring.open(p, "rb") as f: await f.read()`` of a
               1 KiB file (one op = open, read, close)
 * pread4k     ``aioring.read(fd, 4096, offset)`` from a file in the page cache
@@ -111,18 +110,10 @@ async def echo64k(ops: int) -> None:
     await echo(ops, frame=64 * 1024)
 
 
-async def echo_into(ops: int) -> None:
+async def _requests(handle: Callable[[Any, Any], Awaitable[None]], ops: int) -> None:
+    """`ops` 512-byte requests to a server whose connections `handle` serves,
+    each written, then read back with readinto_exactly (one connection)."""
     import aioring
-
-    async def handle(reader: aioring.StreamReader, writer: aioring.StreamWriter) -> None:
-        buf = bytearray(64 * 1024)
-        view = memoryview(buf)
-        try:
-            while n := await reader.readinto(buf):
-                writer.write(view[:n])
-                await writer.drain()
-        finally:
-            writer.close()
 
     server = await aioring.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -140,10 +131,22 @@ async def echo_into(ops: int) -> None:
     await server.wait_closed()
 
 
-async def echo_read(ops: int, conns: int = 1) -> None:
-    import aioring
+async def echo_into(ops: int) -> None:
+    async def handle(reader: Any, writer: Any) -> None:
+        buf = bytearray(64 * 1024)
+        view = memoryview(buf)
+        try:
+            while n := await reader.readinto(buf):
+                writer.write(view[:n])
+                await writer.drain()
+        finally:
+            writer.close()
 
-    async def handle(reader: aioring.StreamReader, writer: aioring.StreamWriter) -> None:
+    await _requests(handle, ops)
+
+
+async def echo_read(ops: int) -> None:
+    async def handle(reader: Any, writer: Any) -> None:
         try:
             while data := await reader.read(64 * 1024):
                 writer.write(data)
@@ -151,23 +154,7 @@ async def echo_read(ops: int, conns: int = 1) -> None:
         finally:
             writer.close()
 
-    async def client(n: int) -> None:
-        reader, writer = await aioring.open_connection("127.0.0.1", port)
-        request, rbuf = os.urandom(512), bytearray(512)
-        for _ in range(n):
-            writer.write(request)
-            await writer.drain()
-            await reader.readinto_exactly(rbuf)
-        if rbuf != request:
-            raise AssertionError("echo mismatch")
-        writer.close()
-        await writer.wait_closed()
-
-    server = await aioring.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    await asyncio.gather(*(client(ops // conns) for _ in range(conns)))
-    server.close()
-    await server.wait_closed()
+    await _requests(handle, ops)
 
 
 def _data_file(name: str, size: int) -> str:
