@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 from . import _binding, _loops, _redelivery
 from ._binding import FSYNC_DATASYNC, IOSQE_ASYNC, OP_FSYNC, OP_READ, OP_WRITE, Filling
 from ._core import TRY_READ, TRY_READINTO, CacheFirst, fileops_setup, read_cached, readinto_cached
+from ._core import pace as pace  # noqa: PLC0414  (re-exported: the layers above count their calls by it)
 from ._loops import get_ring
 from ._ringbase import Op, RingBase, ready
 
@@ -146,8 +147,11 @@ def _rw_now(write: bool, fd: int, buffer: Any, n: int) -> int:
     return -1 - got
 
 
-def pace() -> bool:
-    """Count one call; True when the caller should yield to the loop now."""
+# pace() -> bool (the core's): count one call; True when the caller should
+# yield to the loop now.  The core counts it in _unyielded[0], and hands the
+# call that makes YIELD_EVERY to _pace_due.
+def _pace_due() -> bool:
+    """pace() of the call that makes YIELD_EVERY: the yield's bookkeeping."""
     _unyielded[0] += 1
     if _unyielded[0] >= YIELD_EVERY:
         _unyielded[0] = 0
@@ -276,7 +280,7 @@ def cache_missed(fd: int) -> None:
 # with the decisions written here: it tries only an fd in _plain, while
 # nothing is owed and no yield is due (those calls come here), counts the
 # calls it serves in _unyielded and reports a miss to cache_missed.
-fileops_setup(_plain, _redelivery.owed, _unyielded, YIELD_EVERY, UNZEROED_MIN, cache_missed)
+fileops_setup(_plain, _redelivery.owed, _unyielded, YIELD_EVERY, UNZEROED_MIN, cache_missed, _pace_due)
 
 
 # A 4 KiB read served by the page cache costs a synchronous os.pread loop

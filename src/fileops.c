@@ -12,28 +12,29 @@
 #endif
 
 /* Policy's state (fileops_setup); plain == NULL: not set up. */
-static PyObject *plain, *owed, *unyielded, *cache_missed;
+static PyObject *plain, *owed, *unyielded, *cache_missed, *pace_due;
 static long yield_every;
 static Py_ssize_t size_max;
 
 static PyObject *
 fileops_setup(PyObject *module, PyObject *args)
 {
-    PyObject *p, *o, *u, *miss;
+    PyObject *p, *o, *u, *miss, *due;
     long every;
     Py_ssize_t most;
 
-    if (!PyArg_ParseTuple(args, "O!O!O!lnO:fileops_setup", &PySet_Type, &p, &PyDict_Type, &o,
-                          &PyList_Type, &u, &every, &most, &miss))
+    if (!PyArg_ParseTuple(args, "O!O!O!lnOO:fileops_setup", &PySet_Type, &p, &PyDict_Type, &o,
+                          &PyList_Type, &u, &every, &most, &miss, &due))
         return NULL;
-    if (PyList_GET_SIZE(u) < 1 || !PyCallable_Check(miss)) {
-        PyErr_SetString(PyExc_ValueError, "fileops_setup() needs a counter list and a callable");
+    if (PyList_GET_SIZE(u) < 1 || !PyCallable_Check(miss) || !PyCallable_Check(due)) {
+        PyErr_SetString(PyExc_ValueError, "fileops_setup() needs a counter list and two callables");
         return NULL;
     }
     Py_XSETREF(plain, Py_NewRef(p));
     Py_XSETREF(owed, Py_NewRef(o));
     Py_XSETREF(unyielded, Py_NewRef(u));
     Py_XSETREF(cache_missed, Py_NewRef(miss));
+    Py_XSETREF(pace_due, Py_NewRef(due));
     yield_every = every;
     size_max = most;
     Py_RETURN_NONE;
@@ -609,9 +610,29 @@ static PyTypeObject CacheFirstCall_Type = {
     .tp_methods = call_methods,
 };
 
+/* pace(): one call counted; False, or pace_due()'s answer (policy's yield)
+   when the count reaches yield_every (or is not an int). */
+static PyObject *
+fileops_pace(PyObject *module, PyObject *unused)
+{
+    if (plain == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "pace() before fileops_setup()");
+        return NULL;
+    }
+    long count = unyielded_count();
+    if (count < 0 || count >= yield_every - 1)
+        return PyObject_CallNoArgs(pace_due);
+    if (count_served() < 0)
+        return NULL;
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef fileops_methods[] = {
+    {"pace", fileops_pace, METH_NOARGS,
+     "pace() -> bool: one call counted; True when the caller yields to the loop now (see fileops.h)."},
     {"fileops_setup", fileops_setup, METH_VARARGS,
-     "fileops_setup(plain, owed, unyielded, yield_every, size_max, cache_missed): policy's state "
+     "fileops_setup(plain, owed, unyielded, yield_every, size_max, cache_missed, pace_due): "
+     "policy's state "
      "(see fileops.h)."},
     {"readinto_cached", (PyCFunction)(void (*)(void))readinto_cached, METH_FASTCALL,
      "readinto_cached(fd, buffer, offset) -> int: a page-cache read into buffer at once "

@@ -6,7 +6,7 @@
  * decision that policy already took for a known fd, and hand every other
  * case back to it untouched.
  *
- * fileops_setup(plain, owed, unyielded, yield_every, size_max, cache_missed)
+ * fileops_setup(plain, owed, unyielded, yield_every, size_max, cache_missed, pace_due)
  *  Policy's state, held for the life of the process:
  *    plain        the set of fds whose reads at an offset are tried;
  *    owed         the dict of tasks owing a cancellation (non-empty: every
@@ -14,7 +14,8 @@
  *    unyielded    the list whose item 0 counts calls served without a yield;
  *    yield_every  at item 0 == yield_every - 1 the next call yields: policy's;
  *    size_max     read_cached serves sizes below this only;
- *    cache_missed called with the fd when a try finds the pages not cached.
+ *    cache_missed called with the fd when a try finds the pages not cached;
+ *    pace_due     called by pace() for the call that makes yield_every.
  *  Until it is called, both functions below hand every call to policy.
  *
  * Both take the fast path only for an int fd in `plain`, an int offset of
@@ -52,6 +53,11 @@
  *  raises RuntimeError, never awaited it warns, thrown into or closed before
  *  its first step it runs nothing.  Its attributes (a __dict__) take
  *  public's name, docstring and __wrapped__.
+ *
+ * pace() -> bool  One call served without a yield, counted in unyielded[0]:
+ *  False; when that makes yield_every (or the counter is not an int),
+ *  pace_due()'s answer instead, policy's bookkeeping of the yield (the call
+ *  not counted here).  RuntimeError before fileops_setup.
  *
  * aior_fileops_add(module) -> 0 | -1  Adds the functions, CacheFirst and the
  *  TRY_ kinds to module.
