@@ -152,7 +152,7 @@ class IoUring:
     (ENOSYS, EPERM, ENOMEM: see docs/design.md).
     """
 
-    __slots__ = ("_tags", "address", "cq_entries", "features", "handle", "setup_flags", "sq_entries")
+    __slots__ = ("address", "cq_entries", "features", "handle", "setup_flags", "sq_entries")
 
     def __init__(self, entries: int, flag_sets: Iterable[int] = (0,)) -> None:
         handle = ffi.new("struct io_uring *")
@@ -170,7 +170,6 @@ class IoUring:
         self.features: int = out[0]  # IORING_FEAT_* bits
         self.sq_entries: int = out[1]
         self.cq_entries: int = out[2]
-        self._tags = ffi.new("uint64_t[]", self.sq_entries)  # (for unsubmitted)
 
     def _mapped(self) -> Any:
         handle = self.handle
@@ -221,15 +220,6 @@ class IoUring:
         into a NOP with the same tag (whose CQE still comes): True if so."""
         handle = self.handle
         return handle is not None and lib.aior_withdraw(handle, user_data) == 1
-
-    def unsubmitted(self, mask: int) -> list[int]:
-        """The tags having every bit of `mask` among the SQEs the kernel has
-        not read yet, oldest first."""
-        handle = self.handle
-        if handle is None:
-            return []
-        tags = self._tags
-        return ffi.unpack(tags, lib.aior_unsubmitted(handle, mask, tags, len(tags)))
 
     def exit(self) -> None:
         """Unmap the queues and close the ring's fd (io_uring_queue_exit), once.

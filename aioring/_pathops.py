@@ -104,6 +104,9 @@ def _finish_none(op: Op, res: int) -> None:
 _open_now = [True]
 
 
+# Opens that are never done at once (_binding.open_now refuses them).
+_CREATING = os.O_CREAT | os.O_TRUNC
+
 # What an open that never waits reports as the path walk's own answer (the
 # ring's OPENAT would walk the same cached path to the same error).
 _WALK_ERRORS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ELOOP,
@@ -138,19 +141,24 @@ async def open(path: Path, flags: int, mode: int = 0o777, *, dir_fd: int | None 
     no ring operation and no wait for the loop, as the kernel itself would do
     the ring's OPENAT inside the submit call; the others go to the ring."""
     encoded = _encode(path, "open")
-    flags = check_int(flags, "flags") | os.O_CLOEXEC
-    return await open_encoded(path, encoded, flags, check_int(mode, "mode") & 0xFFFFFFFF, dir_fd)
+    if type(flags) is not int or not _INT_MIN <= flags <= _INT_MAX:
+        flags = check_int(flags, "flags")
+    if type(mode) is not int or not _INT_MIN <= mode <= _INT_MAX:
+        mode = check_int(mode, "mode")
+    return await open_encoded(path, encoded, flags | os.O_CLOEXEC, mode & 0xFFFFFFFF, dir_fd)
 
 
 async def open_encoded(path: Path, encoded: bytes, flags: int, mode: int, dir_fd: int | None = None) -> int:
     """open, with the path encoded (_encode) and `flags` (O_CLOEXEC included)
     and `mode` known to be C ints."""
-    dfd = _dir_fd(dir_fd)
-    fd = _opened_now(dfd, encoded, flags, path)
-    if fd >= 0:
-        if pace():
-            await _yield_keeping()
-        return fd
+    if flags & _CREATING:
+        fd = -errno.EAGAIN  # (never at once: creating or truncating may wait for the disk)
+    else:
+        fd = _opened_now(_dir_fd(dir_fd), encoded, flags, path)
+        if fd >= 0:
+            if pace():
+                await _yield_keeping()
+            return fd
     return await open_after(path, encoded, flags, mode, dir_fd, fd)
 
 

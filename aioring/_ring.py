@@ -325,13 +325,8 @@ class Ring(RingBase):
     def _withdraw_cancelled(self) -> None:
         """Before the flush submits: an op whose caller was cancelled since its
         SQE was prepared (the task has not run yet to say so) never starts."""
-        ops = self._ops
-        for key in self._mem.unsubmitted(_AWAITED):
-            op = ops.get(key)
-            if op is not None:
-                fut = op.future
-                if fut is not None and fut.done():  # (before its CQE: cancelled)
-                    self.withdraw(op)
+        for op in self._core.withdrawable(_AWAITED):  # (done before its CQE: cancelled)
+            self.withdraw(op)
 
     def _submit(self) -> None:
         ret = self._core.submit()  # (which harvests and dispatches what completed)

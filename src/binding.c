@@ -109,26 +109,6 @@ int aior_withdraw(struct io_uring *ring, uint64_t user_data)
     return 0;
 }
 
-/* The tags that have every bit of `mask` among the SQEs the kernel has not
-   read yet (see aior_withdraw), oldest first, up to `max`; returns how many. */
-unsigned aior_unsubmitted(struct io_uring *ring, uint64_t mask,
-                                 uint64_t *tags, unsigned max)
-{
-    struct io_uring_sq *sq = &ring->sq;
-    unsigned shift = (ring->flags & IORING_SETUP_SQE128) ? 1 : 0;
-    unsigned i, n = 0;
-
-    if (ring->flags & IORING_SETUP_SQPOLL)
-        return 0;
-    for (i = IO_URING_READ_ONCE(*sq->khead); i != sq->sqe_tail && n < max; i++) {
-        uint64_t tag = sq->sqes[(i & sq->ring_mask) << shift].user_data;
-
-        if ((tag & mask) == mask)
-            tags[n++] = tag;
-    }
-    return n;
-}
-
 /* One-shot poll for `mask` on fd. */
 int aior_prep_poll(struct io_uring *ring, int fd, unsigned mask,
                           uint64_t user_data)
@@ -496,8 +476,8 @@ int aior_open_now(int dfd, const char *path, int flags)
 
     if (flags & (O_CREAT | O_TRUNC))
         return -EAGAIN;
-#ifdef __O_TMPFILE
-    if (flags & __O_TMPFILE)
+#ifdef O_TMPFILE
+    if ((flags & O_TMPFILE) == O_TMPFILE)  /* (O_TMPFILE holds O_DIRECTORY's bit) */
         return -EAGAIN;
 #endif
     memset(&how, 0, sizeof how);

@@ -25,10 +25,6 @@ int aior_ring_fd(struct io_uring *ring);
 /* Turn the unread SQE tagged user_data into a NOP with the same tag (its CQE
    still comes): 1 if the kernel had not read it yet, 0 if it had. */
 int aior_withdraw(struct io_uring *ring, uint64_t user_data);
-/* The tags having every bit of mask among the SQEs the kernel has not read,
-   oldest first, up to max; returns how many. */
-unsigned aior_unsubmitted(struct io_uring *ring, uint64_t mask, uint64_t *tags,
-                          unsigned max);
 
 /* ---- preparing requests ------------------------------------------------ */
 

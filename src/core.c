@@ -1005,6 +1005,58 @@ core_cancel(AiorCore *self, PyObject *arg)
     Py_RETURN_TRUE;
 }
 
+/* The ops among the SQEs the kernel has not read yet, started with every
+   bit of `tag`, whose future is done: their callers were cancelled before
+   the flush (see Core.withdrawable in core.h). */
+static PyObject *
+core_withdrawable(AiorCore *self, PyObject *arg)
+{
+    unsigned long long mask = PyLong_AsUnsignedLongLong(arg);
+    PyObject *found = NULL;
+
+    if (mask == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (self->ring != NULL && !(self->ring->flags & IORING_SETUP_SQPOLL)) {
+        struct io_uring_sq *sq = &self->ring->sq;
+        unsigned shift = (self->ring->flags & IORING_SETUP_SQE128) ? 1 : 0;
+        unsigned i;
+
+        for (i = IO_URING_READ_ONCE(*sq->khead); i != sq->sqe_tail; i++) {
+            unsigned long long tag = sq->sqes[(i & sq->ring_mask) << shift].user_data;
+            PyObject *key, *op;
+            int done;
+
+            if ((tag & mask) != mask)
+                continue;
+            key = PyLong_FromUnsignedLongLong(tag);
+            if (key == NULL)
+                goto fail;
+            op = PyDict_GetItemWithError(self->ops, key);
+            Py_DECREF(key);
+            if (op == NULL) {
+                if (PyErr_Occurred())
+                    goto fail;
+                continue;
+            }
+            if (Py_TYPE(op) != &AiorOp_Type || ((AiorOp *)op)->future == Py_None)
+                continue;
+            Py_INCREF(op);  /* (done() is Python's: it may change the table) */
+            done = aior_future_done(((AiorOp *)op)->future);
+            if (done > 0 && found == NULL)
+                found = PyList_New(0);
+            if (done < 0 || (done > 0 && (found == NULL || PyList_Append(found, op) < 0))) {
+                Py_DECREF(op);
+                goto fail;
+            }
+            Py_DECREF(op);
+        }
+    }
+    return found != NULL ? found : PyTuple_New(0);
+fail:
+    Py_XDECREF(found);
+    return NULL;
+}
+
 static PyObject *
 core_sq_pending(AiorCore *self, void *unused)
 {
@@ -1066,6 +1118,8 @@ static PyMethodDef core_methods[] = {
      "start(op, tag=0) -> key: prepare op's SQE and put op in the table (see core.h)."},
     {"start_chain", (PyCFunction)(void (*)(void))core_start_chain, METH_FASTCALL,
      "start_chain(ops, tag, link) -> bool: start ops as one chain (see core.h)."},
+    {"withdrawable", (PyCFunction)core_withdrawable, METH_O,
+     "withdrawable(tag) -> sequence of the unsubmitted ops of tag whose future is done."},
     {"cancel", (PyCFunction)core_cancel, METH_O,
      "cancel(key) -> bool: prepare an ASYNC_CANCEL of the request `key`."},
     {"harvest", (PyCFunction)core_harvest, METH_NOARGS,

@@ -176,6 +176,11 @@ extern PyTypeObject AiorCore_Type;
  *  after a submit: 0 when none can be among the unsubmitted SQEs (policy
  *  then skips looking for them).
  *
+ * [withdrawable(tag) -> sequence]  The ops in the table whose SQEs the
+ *  kernel has not read yet, started with every bit of `tag`, and whose
+ *  future is done (callers cancelled before the SQE left: policy withdraws
+ *  them), oldest first.  Empty with no ring, or with an SQ the kernel polls.
+ *
  * [cancel(key) -> bool]  Prepare an ASYNC_CANCEL of the request `key`, its
  *  own entry in the table being cancel_entry.  False when the SQ stays full.
  *

@@ -7,6 +7,7 @@ import functools
 import os
 import pathlib
 import resource
+import stat
 
 import pytest
 
@@ -119,6 +120,35 @@ async def test_stat_and_open_of_cached_paths_take_no_ring_op(disk_dir):
         os.close(fd)
     await _same_error(ring_os.open(path + "x", os.O_RDONLY), _os_error(os.open, path + "x", os.O_RDONLY))
     assert (statistics()["completions"], statistics()["submit_calls"]) == before
+
+
+async def test_a_cached_directory_opens_at_once_and_o_tmpfile_as_os_opens_it(disk_dir):
+    """O_TMPFILE holds O_DIRECTORY's bit: an O_DIRECTORY open of a cached
+    directory is still done at once, and an O_TMPFILE open (never done at
+    once) makes the unnamed file os.open makes."""
+    sub = os.path.join(disk_dir, "d")
+    os.mkdir(sub)
+    plain = os.path.join(disk_dir, "f")
+    with open(plain, "wb"):
+        pass
+    os.stat(sub)  # (in the kernel's cache)
+    before = statistics()["completions"], statistics()["submit_calls"]
+    fd = await ring_os.open(sub, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert _stat_fields(os.fstat(fd)) == _stat_fields(os.stat(sub))
+    finally:
+        os.close(fd)
+    await _same_error(ring_os.open(plain, os.O_RDONLY | os.O_DIRECTORY),
+                      _os_error(os.open, plain, os.O_RDONLY | os.O_DIRECTORY))
+    assert (statistics()["completions"], statistics()["submit_calls"]) == before
+    fd = await ring_os.open(sub, os.O_TMPFILE | os.O_RDWR, 0o600)
+    try:
+        st = os.fstat(fd)
+        assert stat.S_ISREG(st.st_mode) and st.st_nlink == 0 and stat.S_IMODE(st.st_mode) == 0o600
+        assert os.write(fd, b"abc") == 3 and os.pread(fd, 3, 0) == b"abc"
+    finally:
+        os.close(fd)
+    assert os.listdir(sub) == []
 
 
 async def test_stat_without_a_free_fd_still_works(disk_dir):
