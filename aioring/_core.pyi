@@ -6,6 +6,7 @@ from typing import Any
 WAITING: int
 SUBMITTED: int
 DONE: int
+AWAITED: int
 
 class Op:
     future: Any
@@ -41,6 +42,10 @@ class Core:
     sq_tagged: int
     flush_handle: Any  # the flush's asyncio.Handle, or None
     deferred: list[Callable[[], None]]
+    limit: int
+    waiting: Any  # policy's deque of held-back ops, or None
+    eager_left: int
+    preps: bool
     cq_due: bool
     def __init__(self, owner: Any, address: int, ops: dict[int, Op], cancel_entry: Op,
                  release: Callable[[Any], None], os_error: Callable[[int], OSError],
@@ -49,6 +54,8 @@ class Core:
                  invalid_state: type[BaseException]) -> None: ...
     def start(self, op: Op, tag: int = 0, /) -> int: ...
     def start_chain(self, ops: list[Op], tag: int, link: int, /) -> bool: ...
+    def launch(self, loop: Any, prep: Any, args: tuple[Any, ...], keep: Any,
+               finish: Callable[[Op, int], Any] | None, poll_mask: int, writable: bool, /) -> Op | None: ...
     def withdrawable(self, tag: int, /) -> Sequence[Op]: ...
     def cancel(self, key: int) -> bool: ...
     def submit(self) -> int: ...

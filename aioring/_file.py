@@ -277,11 +277,15 @@ async def _read_into(fd: int, buf: bytes | bytearray, at: int, n: int, offset: i
     bytearray, or a new bytes object that its caller fills (see Filling).
     `size`, the file's size as the caller knows it: a read from the page
     cache that stops there stopped at the end of the file (no second try)."""
-    if pace():
-        await asyncio.sleep(0)  # (a task reading from the page cache would not yield otherwise)
     if offset >= 0 and not _ops.cache_due(fd):
         got = 0  # (its recent tries missed the page cache, or O_DIRECT: the ring's at once)
     else:
+        # A read tried at once is paced (a task reading from the page cache
+        # would not yield otherwise); one that goes to the ring waits for the
+        # loop anyway, and is not counted: counted, the reads of uncached data
+        # had what is known of each fd forgotten every few thousand reads.
+        if pace():
+            await asyncio.sleep(0)
         got, done = _read_now_into(fd, buf, at, n, offset, size)
         if done:
             return got

@@ -53,9 +53,9 @@ import sys
 import time
 
 from ._binding import (FEAT_CQE_SKIP, FEAT_NODROP, IOSQE_CQE_SKIP_SUCCESS, IOSQE_IO_LINK, OP_ASYNC_CANCEL,
-                       OP_FSYNC, OP_POLL_ADD, OP_READ, OP_WRITE, SETUP_COOP_TASKRUN, SETUP_SUBMIT_ALL,
-                       SETUP_TASKRUN_FLAG, SYNC_OPCODES, IoUring, opcode_of)
-from ._core import Op
+                       OP_FSYNC, OP_POLL_ADD, OP_READ, OP_RECV, OP_SEND, OP_WRITE, SETUP_COOP_TASKRUN,
+                       SETUP_SUBMIT_ALL, SETUP_TASKRUN_FLAG, SYNC_OPCODES, IoUring, opcode_of)
+from ._core import AWAITED, Op
 from ._ringbase import (_CANCEL, _DONE, _SUBMITTED, _WAITING, DEFAULT_ENTRIES, RingBase, _kept_forever,
                         os_error)
 from ._workers import run_in_worker, stop_in_worker, workers
@@ -82,7 +82,9 @@ _SETUP_FLAGS = [SETUP_SUBMIT_ALL | SETUP_COOP_TASKRUN | SETUP_TASKRUN_FLAG, SETU
 # The tag (user_data) of an op whose caller awaits its future has this bit
 # set, so that the flush finds such ops among the unsubmitted SQEs in C
 # (see _withdraw_cancelled) and skips the others (a stream's sends and receives).
-_AWAITED = 1 << 62
+_AWAITED = AWAITED
+# The opcodes of the requests the core prepares itself (Op.prep None).
+_CORE_OPCODES = frozenset({OP_READ, OP_WRITE, OP_RECV, OP_SEND, OP_FSYNC})
 
 # A quiet chain's steps: linked, and no CQE for a step that completed in full.
 _QUIET_LINK = IOSQE_IO_LINK | IOSQE_CQE_SKIP_SUCCESS
@@ -136,10 +138,8 @@ class Ring(RingBase):
             self.cq_entries = mem.cq_entries
             efd = self._efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
             mem.register_eventfd(efd)
-            # Opcodes this kernel lacks are made as plain system calls instead,
-            # one request at a time (see _emulate); the rest of the ring is used.
-            self._lacking = SYNC_OPCODES - self._supported
             self._init_table(loop, self.cq_entries, mem)
+            self._set_lacking(SYNC_OPCODES - self._supported)
             self._emulated: dict[int, int] = {}  # key -> worker request, of requests made by _emulate
             loop.add_reader(efd, self._on_wakeup)
         except BaseException:
@@ -156,6 +156,14 @@ class Ring(RingBase):
     @property
     def fd(self) -> int:
         return self._mem.fd
+
+    def _set_lacking(self, lacking: frozenset[int]) -> None:
+        """Opcodes this kernel lacks are made as plain system calls instead,
+        one request at a time (see _emulate); the rest of the ring is used.
+        The core never launches a request whose opcode is emulated."""
+        self._lacking = lacking
+        self._core.limit = 0 if lacking & _CORE_OPCODES else self._limit
+        self._core.preps = not lacking
 
     def bound_workers(self, most: int) -> int:
         try:
@@ -190,10 +198,10 @@ class Ring(RingBase):
             # As in _launch: the first operation of the iteration goes at once.
             core.flush_handle = loop.call_soon(self._flush)
             self._eager_task = _task_of(loop)
-            self._eager_left = EAGER_RUN if self._solo else 0
+            core.eager_left = EAGER_RUN if self._solo else 0
             self._submit_eagerly(loop, op)
-        elif self._eager_left and _task_of(loop) is self._eager_task:
-            self._eager_left -= 1
+        elif core.eager_left and _task_of(loop) is self._eager_task:
+            core.eager_left -= 1
             self._submit_eagerly(loop, op)
 
     def _launch(self, loop: asyncio.AbstractEventLoop, op: Op) -> Op:
@@ -217,14 +225,14 @@ class Ring(RingBase):
             # First operation of this loop iteration: submit it now (hybrid).
             core.flush_handle = loop.call_soon(self._flush)
             self._eager_task = _task_of(loop)
-            self._eager_left = EAGER_RUN if self._solo else 0
+            core.eager_left = EAGER_RUN if self._solo else 0
             self._submit_eagerly(loop, op)
             if op.state == _DONE:
                 return op
-        elif self._eager_left and _task_of(loop) is self._eager_task:
+        elif core.eager_left and _task_of(loop) is self._eager_task:
             # The task whose operation completed at once goes on without
             # yielding: let it submit at once a few more times.
-            self._eager_left -= 1
+            core.eager_left -= 1
             self._submit_eagerly(loop, op)
             if op.state == _DONE:
                 return op

@@ -144,12 +144,12 @@ class RingBase(abc.ABC):
         self._core = Core(handle, address, self._ops, _CANCEL, release, os_error,
                           self._on_retry, self._on_strand, asyncio.InvalidStateError)
         self._waiting: deque[Op] = deque()
+        self._core.waiting = self._waiting
         self._limit = cap
         # The core holds the flush's handle (None: no flush scheduled) and its
         # deferred callbacks (see defer), so that a stream's targets in C
         # see a flush already scheduled without calling here.
         self._eager_task: asyncio.Task[Any] | None = None
-        self._eager_left = 0
         self._solo = True
         self._stranded: list[tuple[int, int]] = []  # CQEs an exception left unhandled
         self.stats = {"backpressured": 0, "cancels": 0, "resubmitted": 0, "withdrawn": 0}
@@ -222,6 +222,10 @@ class RingBase(abc.ABC):
                 if keep is not None and prep is not None and type(keep) is not tuple:
                     release(keep)
                 raise
+        if not unbounded:
+            launched = self._core.launch(loop, prep, args, keep, finish, poll_mask, writable)
+            if launched is not None:
+                return launched
         if prep is None:
             op = Op(None, None, args, None, finish, poll_mask)
             op.pin(keep, writable)
@@ -326,7 +330,7 @@ class RingBase(abc.ABC):
         core = self._core
         try:
             self._eager_task = None
-            self._eager_left = 0
+            core.eager_left = 0
             if self._closed:
                 core.flush_handle = None
                 return

@@ -321,6 +321,8 @@ class Bench:
         out = {}
         for key, samples in self.samples.items():
             out[key] = {name: statistics.median(s[name] for s in samples) for name in samples[0]}
+            out[key]["wall_min_s"] = min(s["wall_s"] for s in samples)
+            out[key]["wall_max_s"] = max(s["wall_s"] for s in samples)
             if "probe_max_ms" in samples[0]:
                 out[key]["probe_max_ms"] = max(s["probe_max_ms"] for s in samples)
                 out[key]["threads"] = max(s["threads"] for s in samples)
@@ -397,6 +399,8 @@ def verdicts(med: dict[tuple[str, str], dict[str, float]], loops: list[str], bac
             obj = wall("copyfileobj", "shutil") / wall("copyfileobj", ring)
             out.append(f"info  copyfileobj {ring} (async files): {obj:.2f}x shutil.copyfileobj, "
                        f"{wall('copyfileobj', 'aioshutil') / wall('copyfileobj', ring):.2f}x aioshutil")
+    if ("copyfile", "shutil") in med:
+        out.extend(copy_spread(med, ["shutil", "aioshutil", *(f"aioring/{loop}" for loop in loops), "cp/rm"]))
     return out
 
 
@@ -441,6 +445,33 @@ def discard_bound(med: dict[tuple[str, str], dict[str, float]], ring: str,
             f"at that pace {ring}'s {mine['discards']:.0f} discards take at least {least:.0f} ms, and "
             f"3x aioshutil asks for {asked:.0f} ms: {verdict} (discards per variant: "
             + ", ".join(f"{c:,}" for c in counts) + ")"]
+
+
+def page_reporting() -> int | None:
+    """The order of the free memory blocks this (virtual) machine reports to
+    its host, which takes them back (virtio-balloon's free page reporting),
+    or None where it does not."""
+    for dev in Path("/sys/bus/virtio/devices").glob("*"):
+        try:
+            if int((dev / "device").read_text(), 16) == 5 and (dev / "features").read_text()[5:6] == "1":
+                return int(Path("/sys/module/page_reporting/parameters/page_reporting_order").read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def copy_spread(med: dict[tuple[str, str], dict[str, float]], variants: list[str]) -> list[str]:
+    """Each variant's fastest and slowest copyfile, and why they may differ."""
+    seen = [med[("copyfile", v)] | {"v": v} for v in variants if ("copyfile", v) in med]
+    runs = ", ".join(f"{m['v']} {m['wall_min_s'] * 1e3:.0f}-{m['wall_max_s'] * 1e3:.0f}" for m in seen)
+    out = [f"info  copyfile runs (fastest-slowest ms): {runs}"]
+    order = page_reporting()
+    if order is not None:
+        out.append(f"info  this machine hands free memory back to its host in blocks of {4 << order} KiB "
+                   "(virtio-balloon free page reporting): a copy whose new page cache lands in such "
+                   "memory waits for the host to back it again, and runs up to three times slower, "
+                   "whichever variant it is")
+    return out
 
 
 def copyfile_verdicts(med: dict[tuple[str, str], dict[str, float]], ring: str,

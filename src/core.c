@@ -21,7 +21,7 @@
    own batch). */
 #define AIOR_BATCH 64
 
-static PyObject *str_done, *str_set_result, *str_set_exception;
+static PyObject *str_done, *str_set_result, *str_set_exception, *str_create_future;
 
 /* ------------------------------------------------------------------ Op */
 
@@ -224,6 +224,7 @@ core_init(AiorCore *self, PyObject *args, PyObject *kwds)
     set_field(&self->strand, strand);
     set_field(&self->invalid_state, invalid);
     set_field(&self->flush_handle, Py_None);
+    set_field(&self->waiting, Py_None);
     PyObject *deferred = PyList_New(0);
     if (deferred == NULL)
         return -1;
@@ -246,6 +247,7 @@ core_traverse(AiorCore *self, visitproc visit, void *arg)
     Py_VISIT(self->invalid_state);
     Py_VISIT(self->flush_handle);
     Py_VISIT(self->deferred);
+    Py_VISIT(self->waiting);
     return 0;
 }
 
@@ -262,6 +264,7 @@ core_clear(AiorCore *self)
     Py_CLEAR(self->invalid_state);
     Py_CLEAR(self->flush_handle);
     Py_CLEAR(self->deferred);
+    Py_CLEAR(self->waiting);
     return 0;
 }
 
@@ -924,6 +927,71 @@ core_start(AiorCore *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromUnsignedLongLong(ret ? key : 0);
 }
 
+static PyObject *
+core_launch(AiorCore *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *loop, *prep, *opargs, *keep, *finish, *waiting = self->waiting;
+    unsigned long long key;
+    long poll_mask;
+    int writable;
+
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "launch() takes loop, prep, args, keep, finish, poll_mask, writable");
+        return NULL;
+    }
+    loop = args[0], prep = args[1], opargs = args[2], keep = args[3], finish = args[4];
+    poll_mask = PyLong_AsLong(args[5]);
+    if (poll_mask == -1 && PyErr_Occurred())
+        return NULL;
+    if (poll_mask < INT_MIN || poll_mask > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "poll_mask is out of range for a C int");
+        return NULL;
+    }
+    if ((writable = PyObject_IsTrue(args[6])) < 0)
+        return NULL;
+    if (self->ring == NULL || self->flush_handle == Py_None || self->eager_left ||
+        (prep != Py_None && !self->preps) ||
+        waiting == NULL || waiting == Py_None || aior_owed() ||
+        PyDict_GET_SIZE(self->ops) - self->unbounded >= self->limit)
+        Py_RETURN_NONE;
+    Py_ssize_t held = PyObject_Length(waiting);
+    if (held != 0)
+        return held < 0 ? NULL : Py_NewRef(Py_None);
+    AiorOp *op = (AiorOp *)AiorOp_Type.tp_alloc(&AiorOp_Type, 0);
+    if (op == NULL)
+        return NULL;
+    op->future = Py_NewRef(Py_None);
+    op->prep = Py_NewRef(prep);
+    op->args = Py_NewRef(opargs);
+    op->keep = Py_NewRef(prep == Py_None ? Py_None : keep);
+    op->finish = Py_NewRef(finish);
+    op->waiter = Py_NewRef(Py_None);
+    op->sink = Py_NewRef(Py_None);
+    op->poll_mask = (int)poll_mask;
+    if (prep == Py_None) {
+        /* (pin()'s errors: the stdlib's TypeError or BufferError) */
+        if (PyObject_GetBuffer(keep, &op->view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
+            goto fail;
+        op->pinned = 1;
+    }
+    int ret = aior_start(self, op, AIOR_AWAITED, &key);
+    if (ret <= 0) {
+        if (ret < 0)
+            goto fail;
+        Py_DECREF(op);  /* the SQ stays full: policy's start() makes the op wait */
+        Py_RETURN_NONE;
+    }
+    PyObject *future = PyObject_CallMethodNoArgs(loop, str_create_future);
+    if (future == NULL)
+        goto fail;  /* (the table holds the op, and what it holds, until the CQE) */
+    Py_SETREF(op->future, future);
+    return (PyObject *)op;
+fail:
+    Py_DECREF(op);
+    return NULL;
+}
+
 /* Set `set` and clear `clear` in the flags of the SQE prepared last. */
 static void
 flag_tail(struct io_uring *ring, unsigned set, unsigned clear)
@@ -1118,6 +1186,8 @@ static PyMethodDef core_methods[] = {
      "start(op, tag=0) -> key: prepare op's SQE and put op in the table (see core.h)."},
     {"start_chain", (PyCFunction)(void (*)(void))core_start_chain, METH_FASTCALL,
      "start_chain(ops, tag, link) -> bool: start ops as one chain (see core.h)."},
+    {"launch", (PyCFunction)(void (*)(void))core_launch, METH_FASTCALL,
+     "launch(loop, prep, args, keep, finish, poll_mask, writable) -> Op | None: start()'s common case."},
     {"withdrawable", (PyCFunction)core_withdrawable, METH_O,
      "withdrawable(tag) -> sequence of the unsubmitted ops of tag whose future is done."},
     {"cancel", (PyCFunction)core_cancel, METH_O,
@@ -1140,6 +1210,10 @@ static PyMemberDef core_members[] = {
     {"next_key", T_ULONGLONG, offsetof(AiorCore, next_key), 0, NULL},
     {"sq_tagged", T_PYSSIZET, offsetof(AiorCore, sq_tagged), 0, NULL},
     {"flush_handle", T_OBJECT, offsetof(AiorCore, flush_handle), 0, NULL},
+    {"limit", T_PYSSIZET, offsetof(AiorCore, limit), 0, NULL},
+    {"waiting", T_OBJECT, offsetof(AiorCore, waiting), 0, NULL},
+    {"eager_left", T_INT, offsetof(AiorCore, eager_left), 0, NULL},
+    {"preps", T_BOOL, offsetof(AiorCore, preps), 0, NULL},
     {"deferred", T_OBJECT, offsetof(AiorCore, deferred), 0, NULL},
     {NULL},
 };
@@ -1191,7 +1265,9 @@ PyInit__core(void)
     str_done = PyUnicode_InternFromString("done");
     str_set_result = PyUnicode_InternFromString("set_result");
     str_set_exception = PyUnicode_InternFromString("set_exception");
-    if (str_done == NULL || str_set_result == NULL || str_set_exception == NULL)
+    str_create_future = PyUnicode_InternFromString("create_future");
+    if (str_done == NULL || str_set_result == NULL || str_set_exception == NULL ||
+        str_create_future == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL)
@@ -1208,5 +1284,12 @@ PyInit__core(void)
         Py_DECREF(m);
         return NULL;
     }
+    PyObject *awaited = PyLong_FromUnsignedLongLong(AIOR_AWAITED);
+    if (awaited == NULL || PyModule_AddObjectRef(m, "AWAITED", awaited) < 0) {
+        Py_XDECREF(awaited);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(awaited);
     return m;
 }

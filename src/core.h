@@ -61,6 +61,9 @@
 #include <Python.h>
 #include <stdint.h>
 
+/* The tag bit of an op whose caller awaits its future (see start). */
+#define AIOR_AWAITED (1ULL << 62)
+
 /* Op.state */
 enum aior_state {
     AIOR_WAITING = 0,   /* held back by backpressure: no SQE, not in the table */
@@ -111,6 +114,16 @@ typedef struct {
                               iteration (its handle), or None */
     PyObject *deferred;    /* policy's: the callbacks of that flush (a list) */
     Py_ssize_t unbounded;  /* unbounded ops in the table */
+    Py_ssize_t limit;      /* policy's: launch() starts ops while fewer than
+                              this (less the unbounded) are in the table; 0:
+                              launch() declines every call */
+    PyObject *waiting;     /* policy's: the ops it holds back (a deque, or
+                              None); launch() declines while it is not empty */
+    char preps;            /* policy's: launch() takes ops a prep function
+                              prepares too (none of their opcodes emulated) */
+    int eager_left;        /* policy's: starts its caller's task may still
+                              submit at once this iteration (launch()
+                              declines while it is not 0) */
     char muted;            /* the eventfd's notification is off (mute) */
     Py_ssize_t sq_tagged;  /* SQEs started with tag bits since the SQ was
                               last empty after a submit (0: none in the SQ) */
@@ -175,6 +188,25 @@ extern PyTypeObject AiorCore_Type;
  * [sq_tagged]  Ops started with tag bits since the SQ was last found empty
  *  after a submit: 0 when none can be among the unsubmitted SQEs (policy
  *  then skips looking for them).
+ *
+ * [launch(loop, prep, args, keep, finish, poll_mask, writable) -> Op | None]
+ *  Policy's start() of an awaited request that is not unbounded, in its
+ *  common case: nothing owed (see fileops.h), this loop iteration's flush
+ *  scheduled already (flush_handle not None) and no eager run going
+ *  (eager_left 0), nothing waiting, fewer than `limit` bounded ops in the
+ *  table, and room in the SQ.  Then a new Op(None, prep, args, keep,
+ *  finish, poll_mask) is started with the AWAITED tag, gets
+ *  loop.create_future() as its future and is returned; with prep None it
+ *  pins `keep` instead of holding it (writable: for the kernel to write
+ *  into; see Op.prep).  In every other case None, nothing changed: policy's
+ *  own start() serves the call, as for an op with a prep function unless
+ *  `preps`.  Raises what pin() and start() raise, before anything is queued.
+ *
+ * [limit], [waiting], [eager_left], [preps]  Policy's state that launch()
+ *  reads.
+ *
+ * [AWAITED]  (module constant) The tag bit of the ops whose callers await
+ *  them; launch() starts its ops with it.
  *
  * [withdrawable(tag) -> sequence]  The ops in the table whose SQEs the
  *  kernel has not read yet, started with every bit of `tag`, and whose

@@ -16,6 +16,12 @@ static PyObject *plain, *owed, *unyielded, *cache_missed, *pace_due;
 static long yield_every;
 static Py_ssize_t size_max;
 
+int
+aior_owed(void)
+{
+    return owed == NULL || PyDict_GET_SIZE(owed) != 0;
+}
+
 static PyObject *
 fileops_setup(PyObject *module, PyObject *args)
 {

@@ -69,4 +69,9 @@
 
 int aior_fileops_add(PyObject *module);
 
+/* aior_owed() -> 1 | 0  Whether a task owes a cancellation (policy's owed
+ *  dict is not empty), or fileops_setup was not called yet: 1 tells the
+ *  core's fast paths to leave the call to policy. */
+int aior_owed(void);
+
 #endif

@@ -18,7 +18,8 @@ import pytest
 
 import aioring
 import aioring.os
-from aioring import _binding, _loops
+from aioring import _binding, _loops, _pathops, _ring
+from aioring._binding import opcode_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -137,19 +138,38 @@ def test_a_bad_aioring_backend_value_is_a_value_error():
 
 
 @pytest.mark.backends("io_uring")
-async def test_opcodes_the_kernel_lacks_fall_back_one_by_one(disk_dir, socks):
+async def test_opcodes_the_kernel_lacks_fall_back_one_by_one(disk_dir, socks, monkeypatch):
     """A ring whose kernel lacks opcodes makes just those requests as system
     calls (in workers); the rest still go through the kernel."""
     ring = _loops.get_ring()
     lacking = {_binding.OP_OPENAT, _binding.OP_STATX, _binding.OP_RECV, _binding.OP_SEND, _binding.OP_WRITE}
-    ring._lacking = frozenset(lacking)
+    ring._set_lacking(frozenset(lacking))
     assert lacking <= _binding.SYNC_OPCODES
+    emulated = []
+    real_run = _ring.run_in_worker
+    monkeypatch.setattr(_ring, "run_in_worker", lambda op, done: emulated.append(opcode_of(op.prep, op.args))
+                        or real_run(op, done))
     path = os.path.join(disk_dir, "f")
     async with aioring.open(path, "wb") as f:  # OPENAT and WRITE emulated
         await f.write(b"hello world")
     async with aioring.open(path, "rb") as f:  # READ on the ring
         assert await f.read() == b"hello world"
     assert (await aioring.os.stat(path)).st_size == 11
+    # Started while the loop's flush is due (as when other requests went first):
+    loop = asyncio.get_running_loop()
+    names = [os.path.join(disk_dir, f"g{i}") for i in range(4)]
+    opens = asyncio.gather(*(_pathops.open(name, os.O_RDWR | os.O_CREAT, 0o600) for name in names))
+    ring._schedule_flush(loop)  # (after the tasks' first steps)
+    fds = await opens
+    try:
+        writes = asyncio.gather(*(aioring.write(fd, b"abc", 1) for fd in fds))
+        ring._schedule_flush(loop)
+        assert await writes == [3] * 4
+        assert [os.pread(fd, 5, 0) for fd in fds] == [b"\0abc"] * 4
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert emulated.count(_binding.OP_OPENAT) == emulated.count(_binding.OP_WRITE) == 5
     a, b = socket.socketpair()
     socks(a, b)
     a.setblocking(False)
@@ -173,6 +193,8 @@ async def test_opcodes_the_kernel_lacks_fall_back_one_by_one(disk_dir, socks):
     writer.close()
     await writer.wait_closed()
     assert ring.statistics()["in_flight"] == 0
+    # (The stat and the send were done at once: no request for the ring.)
+    assert {_binding.OP_OPENAT, _binding.OP_WRITE, _binding.OP_RECV} <= set(emulated) <= lacking
     assert aioring.backend() == "io_uring"
 
 

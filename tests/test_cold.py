@@ -252,6 +252,30 @@ async def test_fd_reused_after_direct(disk_dir):
         os.close(fd2)
 
 
+async def test_fd_reused_by_direct_while_reads_back_off(cold_file):
+    """An fd number whose tries from the page cache missed (so that its reads
+    go to the ring at once while other reads of uncached pages are in
+    flight), now an O_DIRECT file's: its reads return what os.pread returns
+    (the kernel's EINVAL has the fd's flags looked up again)."""
+    path, content = cold_file
+    offsets = [(i * 7919) % (SIZE // 4096 - 1) * 4096 for i in range(8)]
+    fd = os.open(path, os.O_RDONLY)
+    for _ in range(3):
+        _ops.cache_missed(fd)
+    os.close(fd)
+    fd2 = open_direct(path)
+    other = os.open(path, os.O_RDONLY)
+    try:
+        assert fd2 == fd
+        drop(path)
+        reads = [aioring.read(other, 4096, 0), *(aioring.read(fd2, 4096, off) for off in offsets)]
+        got = await asyncio.gather(*reads)
+        assert got == [content[:4096]] + [content[off:off + 4096] for off in offsets]
+    finally:
+        os.close(fd2)
+        os.close(other)
+
+
 def test_aligned_buffer():
     buf = aioring.aligned_buffer(5000)
     assert isinstance(buf, mmap.mmap) and len(buf) == 5000 and bytes(buf) == bytes(5000)

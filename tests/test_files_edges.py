@@ -542,6 +542,24 @@ async def test_truncate_overflow_does_not_poison_the_file(disk_dir: str, bufferi
     assert _fds() == before
 
 
+async def test_unbuffered_seeks_between_reads_keep_their_order(disk_dir: str) -> None:
+    """buffering=0: seeks and reads started together run in the order they
+    were started (the reads wait for the disk), as the same calls on
+    io.FileIO one after another."""
+    path = Path(disk_dir, "f")
+    path.write_bytes(bytes(range(256)) * 64)
+    calls = [("read", 4), ("seek", 100), ("read", 3), ("seek", 0), ("seek", 7), ("read", 2), ("seek", 5000),
+             ("read", 1)]
+    with open(path, "rb", buffering=0) as g:
+        expected = [getattr(g, name)(arg) for name, arg in calls]
+        end = g.tell()
+        os.fsync(g.fileno())
+        os.posix_fadvise(g.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    async with aioring.open(path, "rb", buffering=0) as f:
+        assert await asyncio.gather(*(getattr(f, name)(arg) for name, arg in calls)) == expected
+        assert await f.tell() == end
+
+
 async def test_unbuffered_seek_range_is_checked(disk_dir: str) -> None:
     """FileIO.seek(2**63) raises OverflowError (off_t); RingFileIO.seek
     accepts any int, so the position becomes 2**63 and the error surfaces

@@ -323,6 +323,17 @@ class AsyncFileIO(_BinaryBase):
             return await self._call("read", self._plan(self._read_plan, size), size)
         return await self._direct(raw, read_direct, size)
 
+    async def seek(self, offset: Any, whence: int = 0) -> int:
+        """io.FileIO.seek, awaited: the same arguments, result and exceptions."""
+        raw = self._raw
+        if whence == 0 and raw is not None and not raw.busy and not raw.queue and not raw.shared_offset:
+            # To a position, with no other call in progress: no I/O, so no
+            # call of the file's (paced, as a call served at once is).
+            if not pace():
+                return raw.seek(offset)
+            await asyncio.sleep(0)
+        return await self._call("seek", None, offset, whence, size_fresh=whence == 2)
+
     async def readinto(self, b: Any) -> int:
         """io.FileIO.readinto, awaited: the same arguments, result and exceptions."""
         raw = self._raw
