@@ -274,6 +274,17 @@ def missed_lately(fd: int) -> bool:
     return state is not None and state[1] > 1
 
 
+def opened(fd: int, flags: int) -> None:
+    """aioring opened a file at fd with `flags`: what was known of the fd
+    number was another file's.  Unless O_DIRECT (looked up at its first
+    read), its reads at an offset are tried at once until one misses."""
+    _fd_cache.pop(fd, None)
+    if flags & _O_DIRECT:
+        _plain.discard(fd)
+    else:
+        _plain.add(fd)
+
+
 def cache_hit(fd: int) -> None:
     state = fd_state(fd)
     state[0], state[1] = 0, 1

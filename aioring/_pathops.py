@@ -22,7 +22,7 @@ from typing import Any
 from collections.abc import Callable
 
 from . import _binding, _redelivery
-from ._ops import _INT_MAX, _INT_MIN, _yield_keeping, check_fd, check_int, check_size, pace, result
+from ._ops import _INT_MAX, _INT_MIN, _yield_keeping, check_fd, check_int, check_size, opened, pace, result
 from ._loops import get_ring
 from ._ringbase import Op, RingBase, os_error
 
@@ -124,7 +124,10 @@ def _opened_now(dfd: int, encoded: bytes, flags: int, path: Any) -> int:
     if _redelivery.owed:
         _redelivery.deliver_owed()
     fd = _binding.open_now(dfd, encoded, flags)
-    if fd >= 0 or _binding.fifo_held(fd) >= 0:
+    if fd >= 0:
+        opened(fd, flags)
+        return fd
+    if _binding.fifo_held(fd) >= 0:
         return fd
     if -fd in _WALK_ERRORS:
         raise os_error(fd, _named(path))
@@ -170,8 +173,10 @@ async def open_after(path: Path, encoded: bytes, flags: int, mode: int, dir_fd: 
     if held >= 0:
         return await _fifo_reader(held)
     fallback = functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)
-    return await _call(_binding.OP_OPENAT, fallback, _binding.prep_openat,
-                       (_dir_fd(dir_fd), encoded, flags, mode), filename=path)
+    fd: int = await _call(_binding.OP_OPENAT, fallback, _binding.prep_openat,
+                          (_dir_fd(dir_fd), encoded, flags, mode), filename=path)
+    opened(fd, flags)
+    return fd
 
 
 async def _fifo_reader(fd: int) -> int:

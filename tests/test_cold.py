@@ -276,6 +276,26 @@ async def test_fd_reused_by_direct_while_reads_back_off(cold_file):
         os.close(other)
 
 
+async def test_a_file_opened_at_a_missed_fd_number_is_tried_from_the_cache(cold_file, disk_dir, monkeypatch):
+    """Once aioring opens a file at an fd number whose tries missed the page
+    cache, that was another file's: the new file's reads at an offset are
+    tried from the page cache at once again, also while reads of uncached
+    pages are in flight (the core's try, without a Python call)."""
+    path, _ = cold_file
+    fd = os.open(path, os.O_RDONLY)
+    for _ in range(3):
+        _ops.cache_missed(fd)
+    os.close(fd)
+    cached = os.path.join(disk_dir, "cached")
+    with open(cached, "wb") as f:
+        f.write(b"y" * 8192)
+    monkeypatch.setattr(_ops, "_cold_reads", [1])  # (as if other reads waited for the disk)
+    async with aioring.open(cached, "rb", buffering=0) as f:
+        assert f.fileno() == fd
+        assert _ops.cache_due(fd) and fd in _ops._plain
+        assert await aioring.read(fd, 100, 10) == b"y" * 100
+
+
 def test_aligned_buffer():
     buf = aioring.aligned_buffer(5000)
     assert isinstance(buf, mmap.mmap) and len(buf) == 5000 and bytes(buf) == bytes(5000)
