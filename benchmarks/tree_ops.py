@@ -9,7 +9,9 @@ Workloads (the data lives in benchmarks/.data/tree_ops, on the real disk):
 * rmtree    the same tree (a fresh copy made untimed before each run) removed
 * copyfile  one file of 1 GiB copied (from the page cache to a new file); a
             probe task on the same loop sleeps 1 ms again and again, and how
-            late it wakes up is its latency (the loop's responsiveness)
+            late it wakes up is its latency (the loop's responsiveness); on
+            a virtual machine that hands free memory back to its host, each
+            copy begins 3 s after the previous copy's file was removed
 * copyfileobj  64 MiB between two files open as async file objects
             (aioring.open); shutil and aioshutil get plain file objects, since
             aioshutil's copyfileobj cannot take async ones
@@ -58,6 +60,14 @@ FILE_SIZE = 4 * KIB
 PROBE_EVERY = 0.001
 THREADS_EVERY = 0.05
 IDLE_PROBE = 1.0  # seconds the probe runs alone
+# On a machine that hands free memory back to its host (page_reporting), each
+# copyfile begins this long after the previous copy's file was removed: by
+# then that memory went back too, so every variant writes into memory in the
+# same state.  (Started at once, a copy made by the thread that removed the
+# file gets its freed pages back from that CPU's lists, still backed, and one
+# made by a kernel worker on the other CPU mostly does not: 386-501 ms for
+# shutil against 1,054-1,225 ms for aioring in one run.)
+SETTLE = 3.0
 WORKLOADS = ("copytree", "rmtree", "copyfile", "copyfileobj")
 CPUS = len(os.sched_getaffinity(0))
 
@@ -209,6 +219,7 @@ class Bench:
         self.data, self.opts, self.loops = data, opts, loops
         self.src, self.big, self.obj = data / "tree", data / "big.bin", data / "obj.bin"
         self.dst = data / "out"
+        self.reporting = page_reporting()
         self.samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
     def variants(self) -> list[str]:
@@ -231,6 +242,8 @@ class Bench:
         meters: list[Meter] = []
         kernel: list[float] = []
         os.sync()  # what the previous run left dirty is written out first, untimed
+        if workload == "copyfile" and self.reporting is not None:
+            time.sleep(SETTLE)
         for thread in threading.enumerate():  # (a previous variant's executor, still exiting)
             if thread is not threading.main_thread():
                 thread.join(5)
@@ -470,7 +483,8 @@ def copy_spread(med: dict[tuple[str, str], dict[str, float]], variants: list[str
         out.append(f"info  this machine hands free memory back to its host in blocks of {4 << order} KiB "
                    "(virtio-balloon free page reporting): a copy whose new page cache lands in such "
                    "memory waits for the host to back it again, and runs up to three times slower, "
-                   "whichever variant it is")
+                   f"whichever variant it is; so each copy began {SETTLE:.0f} s after the previous "
+                   "copy's file was removed, when its memory had gone back too")
     return out
 
 
