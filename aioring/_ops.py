@@ -361,11 +361,16 @@ def _cache_first(kind: int, rest: Callable[..., Any]) -> Callable[[_F], _F]:
 # share of the CPUs made the hand-over up to twice as fast in earlier runs:
 # more threads, more CPU time, not less work.)
 #
-# An O_DIRECT read (never tried at once) is handed over while another is in
-# flight: the worker only issues it, and the device completes it without the
-# worker (random 4 KiB O_DIRECT reads at 64 tasks, 6 interleaved runs: the
-# loop's thread 21.0 us a read handed over against 22.2 us inline, the process
-# 25.2 us against 22.2 us; 4 earlier runs: 11.0k/s against 10.5k/s).
+# An O_DIRECT read (never tried at once) is issued inline too.  Handed over
+# while another is in flight, the worker only issues it and the device
+# completes it without the worker, which once measured even (random 4 KiB
+# O_DIRECT reads at 64 tasks, 6 interleaved runs: the loop's thread 21.0 us a
+# read handed over against 22.2 us inline; 4 earlier runs: 11.0k/s against
+# 10.5k/s; a quiet run later: 35.0k against 36.2k on asyncio's loop, 41.3k
+# against 41.1k on uvloop).  Since then inline has been ahead in every run:
+# five runs of cold_reads.py on one day, 1.3x-2.3x the reads a second (quiet:
+# 31.7k against 19.1k, 33.8k against 22.1k), also on the version before, run
+# alternately with this one.
 # benchmarks/cold_reads.py measures both choices (DIRECT_HANDOFF, COLD_HANDOFF).
 #
 # No readahead advice is given for an fd read at random offsets: the kernel
@@ -377,7 +382,7 @@ def _cache_first(kind: int, rest: Callable[..., Any]) -> Callable[[_F], _F]:
 # figure is the same with its default hint and --fadvise_hint=0.  The advice
 # would also change the open file for every other user of it.
 COLD_HANDOFF = False
-DIRECT_HANDOFF = True
+DIRECT_HANDOFF = False
 _cold_reads = [0]  # reads of pages thought not cached, in flight
 
 

@@ -21,8 +21,8 @@ device when fio is installed:
                      ``aioring.open(path, "rb", buffering=0)`` per task (the aiofiles API)
     aioring.direct   ``await aioring.readinto(fd, buf, off)``, the fd opened with
                      O_DIRECT, ``buf = aioring.aligned_buffer(4096)`` per task
-    aioring.direct.inline  the same, no read handed to the kernel's workers
-                     (DIRECT_HANDOFF = False)
+    aioring.direct.handoff  the same, the reads handed to the kernel's workers
+                     while others are in flight (DIRECT_HANDOFF = True)
     aiofile          ``await afp.read(4096, off)`` on one ``aiofile.AIOFile``
     aiofiles         seek + read, one unbuffered file per task
     threads          ``run_in_executor(pool, os.pread, fd, 4096, off)``, T threads
@@ -263,8 +263,8 @@ async def rand_aioring_direct(path: Path, size: int, tasks: int, seconds: float)
         os.close(fd)
 
 
-async def rand_aioring_direct_inline(path: Path, size: int, tasks: int, seconds: float) -> float:
-    return await _with_setting("DIRECT_HANDOFF", False, rand_aioring_direct(path, size, tasks, seconds))
+async def rand_aioring_direct_handoff(path: Path, size: int, tasks: int, seconds: float) -> float:
+    return await _with_setting("DIRECT_HANDOFF", True, rand_aioring_direct(path, size, tasks, seconds))
 
 
 async def rand_aiofile(path: Path, size: int, tasks: int, seconds: float) -> float:
@@ -508,7 +508,7 @@ async def rand_loop_ceiling(path: Path, size: int, tasks: int, seconds: float) -
 RAND = {"aioring.read": rand_aioring_read, "aioring.read.tryeach": rand_aioring_read_tryeach,
         "aioring.read.handoff": rand_aioring_read_handoff,
         "aioring.open": rand_aioring_open,
-        "aioring.direct": rand_aioring_direct, "aioring.direct.inline": rand_aioring_direct_inline,
+        "aioring.direct": rand_aioring_direct, "aioring.direct.handoff": rand_aioring_direct_handoff,
         "aiofile": rand_aiofile, "aiofiles": rand_aiofiles,
         "threads": rand_threads, "loop.ceiling": rand_loop_ceiling}
 SEQ = {"aioring.read": seq_aioring_read, "aioring.open": seq_aioring_open,
