@@ -9,6 +9,7 @@ from typing import Any
 
 from .._file import (DIRECT_READ, INF, REST_MAX, REST_MIN, RingFileIO, read_direct, read_rest,
                      read_rest_now, readinto_direct, write_direct)
+from .. import _ops
 from .._ops import pace
 from ..base import AsyncFileBase, AsyncIndirectBase, Plan
 
@@ -321,7 +322,22 @@ class AsyncFileIO(_BinaryBase):
         raw = self._raw
         if raw is None or type(size) is not int or size < 0 or raw.closed or not raw.readable():
             return await self._call("read", self._plan(self._read_plan, size), size)
-        return await self._direct(raw, read_direct, size)
+        if not 0 < size < DIRECT_READ or raw.busy or raw.queue or raw.shared_offset:
+            return await self._direct(raw, read_direct, size)
+        # A small read with no other call in progress: aioring.read's at the
+        # file's position (its page-cache try in the core, its ring read),
+        # the file taken meanwhile, as _direct takes it.
+        raw.busy = True
+        try:
+            raw.begin_call()
+            try:
+                data: bytes = await _ops.read(raw._fd, size, raw.pos)
+                raw.pos += len(data)
+            finally:
+                raw.end_call()
+        finally:
+            raw.release()
+        return data
 
     async def seek(self, offset: Any, whence: int = 0) -> int:
         """io.FileIO.seek, awaited: the same arguments, result and exceptions."""
