@@ -224,6 +224,7 @@ _monotonic = time.monotonic
 _fcntl = fcntl.fcntl
 _F_GETFL = fcntl.F_GETFL
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
+_NOT_PLAIN = _O_DIRECT | getattr(os, "O_PATH", 0)
 # fd -> [reads left for the ring alone, the next backoff, O_DIRECT's buffer
 # alignment (0: not O_DIRECT, 1: not reported), O_DIRECT's offset and length
 # alignment]
@@ -277,9 +278,10 @@ def missed_lately(fd: int) -> bool:
 def opened(fd: int, flags: int) -> None:
     """aioring opened a file at fd with `flags`: what was known of the fd
     number was another file's.  Unless O_DIRECT (looked up at its first
-    read), its reads at an offset are tried at once until one misses."""
+    read) or O_PATH (never read), its reads at an offset are tried at once
+    until one misses."""
     _fd_cache.pop(fd, None)
-    if flags & _O_DIRECT:
+    if flags & _NOT_PLAIN:
         _plain.discard(fd)
     else:
         _plain.add(fd)
