@@ -369,9 +369,10 @@ def _cache_first(kind: int, rest: Callable[..., Any]) -> Callable[[_F], _F]:
 # O_DIRECT reads at 64 tasks, 6 interleaved runs: the loop's thread 21.0 us a
 # read handed over against 22.2 us inline; 4 earlier runs: 11.0k/s against
 # 10.5k/s; a quiet run later: 35.0k against 36.2k on asyncio's loop, 41.3k
-# against 41.1k on uvloop).  Since then inline has been ahead in every run:
-# five runs of cold_reads.py on one day, 1.3x-2.3x the reads a second (quiet:
-# 31.7k against 19.1k, 33.8k against 22.1k), also on the version before, run
+# against 41.1k on uvloop).  Since then inline has been ahead in 5 of 6 runs
+# of cold_reads.py on one day, by 1.3x-2.3x the reads a second (quiet: 31.7k
+# against 19.1k, 33.8k against 22.1k; the other run: 31.4k against 32.0k,
+# 37.1k against 33.6k), and in both runs of the version before, run
 # alternately with this one.
 # benchmarks/cold_reads.py measures both choices (DIRECT_HANDOFF, COLD_HANDOFF).
 #
