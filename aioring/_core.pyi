@@ -40,7 +40,10 @@ class Core:
     next_key: int
     sq_pending: int
     sq_tagged: int
-    flush_handle: Any  # the flush's asyncio.Handle, or None
+    flush_handle: Any  # the flush's handle (a FlushHandle, or call_soon's), or None
+    eager_task: Any  # the task of the iteration's eager run, or None
+    solo: bool
+    closed: bool
     deferred: list[Callable[[], None]]
     limit: int
     waiting: Any  # policy's deque of held-back ops, or None
@@ -64,6 +67,16 @@ class Core:
     def harvest(self) -> list[tuple[int, int]]: ...
     def mute(self) -> None: ...
     def detach(self) -> None: ...
+    def bind(self, policy: Any, loop_ref: Any, ready: Any, stranded: list[tuple[int, int]], /) -> None: ...
+    def schedule_flush(self, loop: Any = None, /) -> None: ...
+    def flush(self) -> None: ...
+
+# The flush of a loop iteration (src/flush.c; see src/flush.h).
+class FlushHandle:
+    _cancelled: bool
+    def _run(self) -> None: ...
+    def cancel(self) -> None: ...
+    def cancelled(self) -> bool: ...
 
 # The channel's receive target (src/channel.c; see src/channel.h).
 RECV_CHUNK: int
@@ -134,6 +147,7 @@ def read_cached(fd: Any, size: Any, offset: Any, /) -> bytes | bytearray | None:
 
 TRY_READINTO: int
 TRY_READ: int
+TRY_TAKE_EXACTLY: int
 
 class CacheFirst:
     """A coroutine function whose awaited call first tries the page cache in C."""

@@ -196,11 +196,11 @@ class Ring(RingBase):
             return
         if core.flush_handle is None:
             # As in _launch: the first operation of the iteration goes at once.
-            core.flush_handle = loop.call_soon(self._flush)
-            self._eager_task = _task_of(loop)
-            core.eager_left = EAGER_RUN if self._solo else 0
+            core.schedule_flush(loop)
+            core.eager_task = _task_of(loop)
+            core.eager_left = EAGER_RUN if core.solo else 0
             self._submit_eagerly(loop, op)
-        elif core.eager_left and _task_of(loop) is self._eager_task:
+        elif core.eager_left and _task_of(loop) is core.eager_task:
             core.eager_left -= 1
             self._submit_eagerly(loop, op)
 
@@ -223,13 +223,13 @@ class Ring(RingBase):
             return op
         if core.flush_handle is None:
             # First operation of this loop iteration: submit it now (hybrid).
-            core.flush_handle = loop.call_soon(self._flush)
-            self._eager_task = _task_of(loop)
-            core.eager_left = EAGER_RUN if self._solo else 0
+            core.schedule_flush(loop)
+            core.eager_task = _task_of(loop)
+            core.eager_left = EAGER_RUN if core.solo else 0
             self._submit_eagerly(loop, op)
             if op.state == _DONE:
                 return op
-        elif core.eager_left and _task_of(loop) is self._eager_task:
+        elif core.eager_left and _task_of(loop) is core.eager_task:
             # The task whose operation completed at once goes on without
             # yielding: let it submit at once a few more times.
             core.eager_left -= 1
@@ -317,7 +317,7 @@ class Ring(RingBase):
         pending = self._core.sq_pending
         # Many operations in one flush: many tasks share the loop, and batching
         # serves them best.  One: a lone task, which eager runs serve best.
-        self._solo = pending <= 1
+        self._core.solo = pending <= 1
         if pending:
             if self._core.sq_tagged:  # (awaited ops among the unsubmitted SQEs)
                 self._withdraw_cancelled()

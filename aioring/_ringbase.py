@@ -112,6 +112,19 @@ def _not_handed_on(op: Op) -> bool:
     return op.future is not None and not op.future.done()
 
 
+def _ready_of(loop: asyncio.AbstractEventLoop) -> Any:
+    """The ready queue of one of asyncio's own loops, where the core may
+    append its flush's handle itself (src/flush.h): only where the loop's
+    class schedules and runs callbacks as asyncio.BaseEventLoop does.  None
+    otherwise (uvloop, a loop that changes either): call_soon."""
+    cls = type(loop)
+    if not isinstance(loop, asyncio.BaseEventLoop) or cls.call_soon is not asyncio.BaseEventLoop.call_soon \
+            or cls._run_once is not asyncio.BaseEventLoop._run_once:  # type: ignore[attr-defined]
+        return None
+    ready = getattr(loop, "_ready", None)
+    return ready if type(ready) is deque else None
+
+
 # Ops of a ring whose drain failed: their memory is never freed.
 _kept_forever: list[Op] = []
 
@@ -148,10 +161,11 @@ class RingBase(abc.ABC):
         self._limit = cap
         # The core holds the flush's handle (None: no flush scheduled) and its
         # deferred callbacks (see defer), so that a stream's targets in C
-        # see a flush already scheduled without calling here.
-        self._eager_task: asyncio.Task[Any] | None = None
-        self._solo = True
+        # see a flush already scheduled without calling here; and it runs the
+        # flush in its common case (src/flush.h), with the eager run's task
+        # (core.eager_task) and whether the last flush was solo (core.solo).
         self._stranded: list[tuple[int, int]] = []  # CQEs an exception left unhandled
+        self._core.bind(self, self._loop_ref, _ready_of(loop), self._stranded)
         self.stats = {"backpressured": 0, "cancels": 0, "resubmitted": 0, "withdrawn": 0}
 
     # ------------------------------------------------------------------ info
@@ -304,13 +318,9 @@ class RingBase(abc.ABC):
         """The flush's submit: what the iteration queued goes to the kernel."""
 
     def _schedule_flush(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        core = self._core
-        if core.flush_handle is None and not self._closed:
-            if loop is None:
-                loop = self._loop_ref()
-                if loop is None or loop.is_closed():
-                    return
-            core.flush_handle = loop.call_soon(self._flush)
+        """The flush of this loop iteration, unless it is scheduled already
+        (loop None: the ring's loop, if it is still open)."""
+        self._core.schedule_flush(loop)
 
     def _new_key(self) -> int:
         """A key for a request made without an SQE (the core's keys: never reused)."""
@@ -327,9 +337,11 @@ class RingBase(abc.ABC):
         self._schedule_flush()
 
     def _flush(self) -> None:
+        """The flush of the iteration (see src/flush.h, whose core.flush()
+        does it in the common case and calls this for the others)."""
         core = self._core
         try:
-            self._eager_task = None
+            core.eager_task = None
             core.eager_left = 0
             if self._closed:
                 core.flush_handle = None
@@ -351,11 +363,7 @@ class RingBase(abc.ABC):
                         core.deferred[:0] = callbacks  # the others still run, at the next flush
                     raise
             core.flush_handle = None
-            if self._stranded:
-                self._complete_stranded()
-            if self._waiting:
-                self._release_waiting()
-            self._submit_queued()
+            self._flush_tail()
         except BaseException as exc:
             # A KeyboardInterrupt (raised at any line by the default SIGINT
             # handler): the flush must come again, or nothing queued would
@@ -365,6 +373,16 @@ class RingBase(abc.ABC):
             if not isinstance(exc, Exception) or core.cq_due:
                 self._schedule_flush()  # (muted: only a submit turns the eventfd on again)
             raise
+
+    def _flush_tail(self) -> None:
+        """The flush's part after its deferred callbacks."""
+        if self._closed:
+            return
+        if self._stranded:
+            self._complete_stranded()
+        if self._waiting:
+            self._release_waiting()
+        self._submit_queued()
 
     def _release_waiting(self) -> None:
         waiting = self._waiting
@@ -421,7 +439,8 @@ class RingBase(abc.ABC):
             self._schedule_flush()
 
     def _complete_stranded(self) -> None:
-        stranded, self._stranded = self._stranded, []
+        stranded = self._stranded[:]  # (the core reads this list: emptied, not replaced)
+        self._stranded.clear()
         self._core.complete_batch(stranded)
 
     def _drop_stranded(self) -> None:
@@ -430,7 +449,7 @@ class RingBase(abc.ABC):
             op = self._ops.pop(key, None)
             if op is not None and op is not _CANCEL:
                 self._drop(op, res)
-        self._stranded = []
+        self._stranded.clear()
 
     def _retry(self, op: Op, res: int) -> bool:
         """-EAGAIN from a non-blocking fd: poll it, then try again.  True when requeued."""
@@ -557,6 +576,7 @@ class RingBase(abc.ABC):
         if loop is not None and loop.is_running() and threading.get_ident() != self._owner[1]:
             raise RuntimeError("a running loop's io_uring can only be closed from the loop's thread")
         self._closed = True
+        self._core.closed = True
         if loop is not None and not loop.is_closed():
             loop.remove_reader(self._efd)
         handle = self._core.flush_handle
@@ -609,6 +629,7 @@ class RingBase(abc.ABC):
         if self._closed:
             return
         self._closed = True
+        self._core.closed = True
         # The kernel ring and the workers are the parent's: never submit, never cancel.
         self._forsake()
         os.close(self._efd)

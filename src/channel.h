@@ -256,10 +256,22 @@ extern PyTypeObject AiorSender_Type;
  *  or _sent(-errno) and _after_send() (the connection's error).  The joined
  *  writes then wait in the queue as one bytes object.
  *
+ * aior_take_exactly(reader, buf) -> n | -1 | -2  A StreamReader's
+ *  readinto_exactly(buf) served from its buffer: buf a bytearray or a
+ *  writable C-contiguous memoryview of bytes (format "B"), the reader
+ *  without a TLS layer (`_tls` None) or an exception (`_exception` None),
+ *  and its buffer (`_buffer`, a bytearray) holding at least len(buf)
+ *  bytes: the first len(buf) are copied into buf and taken from the
+ *  buffer, and that length returned.  -1: not served, nothing changed
+ *  (policy's coroutine does it, and raises its errors); -2 with an
+ *  exception set.  (fileops.h's CacheFirst of kind TRY_TAKE_EXACTLY makes
+ *  it the first step of StreamReader.readinto_exactly.)
+ *
  * aior_channel_add_types(module) -> 0 | -1  Adds Receiver, Sender,
  *  RECV_CHUNK, JOIN_MAX and POOL_MIN to the module (its init).
  */
 int aior_recv_complete(AiorCore *core, AiorOp *op, AiorRecv *rx, int res);
+Py_ssize_t aior_take_exactly(PyObject *reader, PyObject *buf);
 int aior_channel_add_types(PyObject *module);
 
 #endif

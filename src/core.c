@@ -5,6 +5,7 @@
 #include "channel.h"
 #include "fileops.h"
 #include "wholefile.h"
+#include "flush.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -225,6 +226,12 @@ core_init(AiorCore *self, PyObject *args, PyObject *kwds)
     set_field(&self->invalid_state, invalid);
     set_field(&self->flush_handle, Py_None);
     set_field(&self->waiting, Py_None);
+    set_field(&self->policy, Py_None);
+    set_field(&self->loop_ref, Py_None);
+    set_field(&self->ready, Py_None);
+    set_field(&self->stranded, Py_None);
+    set_field(&self->eager_task, Py_None);
+    self->solo = 1;
     PyObject *deferred = PyList_New(0);
     if (deferred == NULL)
         return -1;
@@ -248,6 +255,13 @@ core_traverse(AiorCore *self, visitproc visit, void *arg)
     Py_VISIT(self->flush_handle);
     Py_VISIT(self->deferred);
     Py_VISIT(self->waiting);
+    Py_VISIT(self->policy);
+    Py_VISIT(self->loop_ref);
+    Py_VISIT(self->ready);
+    Py_VISIT(self->handle);
+    Py_VISIT(self->flush_meth);
+    Py_VISIT(self->stranded);
+    Py_VISIT(self->eager_task);
     return 0;
 }
 
@@ -265,6 +279,13 @@ core_clear(AiorCore *self)
     Py_CLEAR(self->flush_handle);
     Py_CLEAR(self->deferred);
     Py_CLEAR(self->waiting);
+    Py_CLEAR(self->policy);
+    Py_CLEAR(self->loop_ref);
+    Py_CLEAR(self->ready);
+    Py_CLEAR(self->handle);
+    Py_CLEAR(self->flush_meth);
+    Py_CLEAR(self->stranded);
+    Py_CLEAR(self->eager_task);
     return 0;
 }
 
@@ -637,8 +658,8 @@ check_ring(AiorCore *self)
     return 0;
 }
 
-static PyObject *
-core_submit(AiorCore *self, PyObject *unused)
+int
+aior_submit(AiorCore *self, int *submitted_out)
 {
     uint64_t ud[AIOR_BATCH];
     int32_t res[AIOR_BATCH];
@@ -647,7 +668,7 @@ core_submit(AiorCore *self, PyObject *unused)
     int submitted;
 
     if (check_ring(self) < 0)
-        return NULL;
+        return -1;
     /* Cached reads complete inside the submit call: their CQEs are taken
        here without a wakeup.  Notification is off while we submit, and the
        CQ is read again after it is back on, so that a CQE posted in between
@@ -666,9 +687,20 @@ core_submit(AiorCore *self, PyObject *unused)
     if (n < AIOR_BATCH)
         n += harvest_all(ring, ud + n, res + n, AIOR_BATCH - n);
     self->submit_calls++;
+    *submitted_out = submitted;
     if (dispatch(self, ud, res, n) < 0)
-        return NULL;
+        return -1;
     if (n == AIOR_BATCH && dispatch_ready(self) < 0)
+        return -1;
+    return 0;
+}
+
+static PyObject *
+core_submit(AiorCore *self, PyObject *unused)
+{
+    int submitted;
+
+    if (aior_submit(self, &submitted) < 0)
         return NULL;
     return PyLong_FromLong(submitted);
 }
@@ -1076,14 +1108,11 @@ core_cancel(AiorCore *self, PyObject *arg)
 /* The ops among the SQEs the kernel has not read yet, started with every
    bit of `tag`, whose future is done: their callers were cancelled before
    the flush (see Core.withdrawable in core.h). */
-static PyObject *
-core_withdrawable(AiorCore *self, PyObject *arg)
+PyObject *
+aior_withdrawable(AiorCore *self, unsigned long long mask)
 {
-    unsigned long long mask = PyLong_AsUnsignedLongLong(arg);
     PyObject *found = NULL;
 
-    if (mask == (unsigned long long)-1 && PyErr_Occurred())
-        return NULL;
     if (self->ring != NULL && !(self->ring->flags & IORING_SETUP_SQPOLL)) {
         struct io_uring_sq *sq = &self->ring->sq;
         unsigned shift = (self->ring->flags & IORING_SETUP_SQE128) ? 1 : 0;
@@ -1123,6 +1152,16 @@ core_withdrawable(AiorCore *self, PyObject *arg)
 fail:
     Py_XDECREF(found);
     return NULL;
+}
+
+static PyObject *
+core_withdrawable(AiorCore *self, PyObject *arg)
+{
+    unsigned long long mask = PyLong_AsUnsignedLongLong(arg);
+
+    if (mask == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    return aior_withdrawable(self, mask);
 }
 
 static PyObject *
@@ -1198,6 +1237,12 @@ static PyMethodDef core_methods[] = {
      "mute(): no eventfd notification until the next submit() (see core.h)."},
     {"detach", (PyCFunction)core_detach, METH_NOARGS,
      "detach(): never touch the ring again."},
+    {"bind", (PyCFunction)(void (*)(void))aior_core_bind, METH_FASTCALL,
+     "bind(policy, loop_ref, ready, stranded): the flush's ring and loop (see flush.h)."},
+    {"schedule_flush", (PyCFunction)(void (*)(void))aior_core_schedule_flush, METH_FASTCALL,
+     "schedule_flush(loop=None): schedule this iteration's flush (see flush.h)."},
+    {"flush", (PyCFunction)aior_core_flush, METH_NOARGS,
+     "flush(): this iteration's flush (see flush.h)."},
     {NULL},
 };
 
@@ -1215,14 +1260,22 @@ static PyMemberDef core_members[] = {
     {"eager_left", T_INT, offsetof(AiorCore, eager_left), 0, NULL},
     {"preps", T_BOOL, offsetof(AiorCore, preps), 0, NULL},
     {"deferred", T_OBJECT, offsetof(AiorCore, deferred), 0, NULL},
+    {"eager_task", T_OBJECT, offsetof(AiorCore, eager_task), 0, NULL},
+    {"solo", T_BOOL, offsetof(AiorCore, solo), 0, NULL},
+    {"closed", T_BOOL, offsetof(AiorCore, closed), 0, NULL},
     {NULL},
 };
+
+int
+aior_cq_due(AiorCore *self)
+{
+    return self->ring != NULL && (self->muted || io_uring_cq_ready(self->ring) || needs_enter(self->ring));
+}
 
 static PyObject *
 core_cq_due(AiorCore *self, void *unused)
 {
-    return PyBool_FromLong(self->ring != NULL && (self->muted || io_uring_cq_ready(self->ring) ||
-                                                  needs_enter(self->ring)));
+    return PyBool_FromLong(aior_cq_due(self));
 }
 
 static PyGetSetDef core_getset[] = {
@@ -1272,7 +1325,8 @@ PyInit__core(void)
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL)
         return NULL;
-    if (aior_channel_add_types(m) < 0 || aior_fileops_add(m) < 0 || aior_wholefile_add(m) < 0) {
+    if (aior_channel_add_types(m) < 0 || aior_fileops_add(m) < 0 || aior_wholefile_add(m) < 0 ||
+        aior_flush_add_types(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

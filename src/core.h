@@ -125,6 +125,16 @@ typedef struct {
                               submit at once this iteration (launch()
                               declines while it is not 0) */
     char muted;            /* the eventfd's notification is off (mute) */
+    /* The flush (src/flush.h): */
+    PyObject *policy;      /* the ring whose flush the core runs (bind) */
+    PyObject *loop_ref;    /* a weak reference to its loop (None: unbound) */
+    PyObject *ready;       /* the loop's ready deque, or None: call_soon */
+    PyObject *handle;      /* the FlushHandle appended there (NULL: none yet) */
+    PyObject *flush_meth;  /* the bound core.flush, for call_soon (NULL) */
+    PyObject *stranded;    /* policy's stranded CQEs (a list), or None */
+    PyObject *eager_task;  /* policy's: the task of the iteration's eager run */
+    char solo;             /* policy's: the last flush had at most one SQE */
+    char closed;           /* policy closed the ring: nothing is scheduled */
     Py_ssize_t sq_tagged;  /* SQEs started with tag bits since the SQ was
                               last empty after a submit (0: none in the SQ) */
     unsigned long long next_key; /* keys are never reused */
@@ -281,6 +291,19 @@ int aior_future_done(PyObject *fut);
  *  (1).  0 (nothing done) when it is not, or deferred is not a list: the
  *  caller asks policy.  -1 with an exception set. */
 int aior_flush_scheduled(AiorCore *core);
+
+/* For the flush (src/flush.c):
+ *
+ * aior_submit(core, &submitted) -> 0 | -1  submit(): io_uring_submit's
+ *  result in *submitted; -1 with an exception set (detached, or what a
+ *  target raised).
+ *
+ * aior_cq_due(core) -> 1 | 0  cq_due.
+ *
+ * aior_withdrawable(core, tag) -> new reference | NULL  withdrawable(tag). */
+int aior_submit(AiorCore *core, int *submitted);
+int aior_cq_due(AiorCore *core);
+PyObject *aior_withdrawable(AiorCore *core, unsigned long long mask);
 int aior_defer(AiorCore *core, PyObject *callback);
 PyObject *aior_call_method1(PyObject *obj, PyObject *name, PyObject *arg);
 

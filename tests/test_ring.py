@@ -678,3 +678,59 @@ async def test_a_write_cancelled_before_the_flush_never_reaches_the_file(tmp_pat
         assert after["in_flight"] == 0
     finally:
         os.close(fd)
+
+
+async def test_an_error_in_the_flush_reaches_the_loops_handler_and_the_rest_still_run(loop_errors):
+    """A callback deferred to the iteration's flush (ring.defer: a stream's
+    sends of the iteration) that raises: the loop's exception handler gets
+    the error, as for any callback of the loop, and the callbacks deferred
+    after it run at the next flush, before those deferred since."""
+    loop = asyncio.get_running_loop()
+    ring = _loops.get_ring(loop)
+    ran: list[str] = []
+
+    def bad() -> None:
+        ran.append("bad")
+        raise ValueError("boom")
+
+    ring.defer(bad)
+    ring.defer(lambda: ran.append("after"))
+    await _until(lambda: loop_errors)
+    assert ran == ["bad"]
+    [context] = loop_errors
+    loop_errors.clear()
+    assert isinstance(context["exception"], ValueError)
+    assert context["message"].startswith("Exception in callback")
+    ring.defer(lambda: ran.append("later"))
+    await _until(lambda: len(ran) == 3)
+    assert ran == ["bad", "after", "later"]
+
+
+@pytest.mark.backends("io_uring")  # (the threads backend's requests leave at once: no flush)
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_loop_that_changes_call_soon_gets_the_flush_through_it(debug, tmp_path):
+    """A loop class of asyncio's whose call_soon is its own sees the flush
+    scheduled through it (in debug mode too), and operations complete."""
+    scheduled: list[object] = []
+
+    class Watched(asyncio.SelectorEventLoop):
+        def call_soon(self, callback, *args, context=None):  # type: ignore[no-untyped-def]
+            scheduled.append(callback)
+            return super().call_soon(callback, *args, context=context)
+
+    async def main() -> bytes:
+        fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            await asyncio.gather(*(aioring.write(fd, bytes([65 + i]) * 4, 4 * i) for i in range(3)))
+            return await aioring.read(fd, 12, 0)
+        finally:
+            os.close(fd)
+
+    loop = Watched()
+    loop.set_debug(debug)
+    try:
+        assert loop.run_until_complete(main()) == b"AAAABBBBCCCC"
+        core = _loops.get_ring(loop)._core
+    finally:
+        loop.close()
+    assert [cb for cb in scheduled if getattr(cb, "__self__", None) is core]

@@ -7,6 +7,7 @@ asyncio's behaviour and checks that aioring's is the same."""
 from __future__ import annotations
 
 import array
+import gc
 import asyncio
 import contextlib
 import functools
@@ -360,6 +361,38 @@ async def test_the_rest_of_a_frame_already_arrived_is_taken_at_once(socks):
     assert await reader.readinto_exactly(buf) == len(payload) and buf == payload
     if aioring.backend() == "io_uring":
         assert (statistics()["submit_calls"], statistics()["completions"]) == before  # no ring op
+    await _close(writer)
+
+
+async def test_readinto_exactly_from_the_buffer_keeps_a_coroutines_ways(socks):
+    """readinto_exactly of bytes already buffered (served by the core, without
+    a coroutine frame): fills a bytearray, a slice of one and a buffer of
+    another format alike; an exception set on the reader comes first, as
+    asyncio's readexactly raises it; and the method is a coroutine function
+    whose call, never awaited, warns as a coroutine's does."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await aioring.open_connection(sock=a)
+    assert asyncio.iscoroutinefunction(reader.readinto_exactly)
+    assert asyncio.iscoroutinefunction(aioring.StreamReader.readinto_exactly)
+    data = bytes(range(64))
+    b.sendall(data)
+    assert await reader.readexactly(4) == data[:4]
+    while len(reader._buffer) < 60:
+        await asyncio.sleep(0)
+    buf = bytearray(4)
+    assert await reader.readinto_exactly(buf) == 4 and buf == data[4:8]
+    ints = array.array("i", bytes(8))
+    assert await reader.readinto_exactly(memoryview(ints)) == 8 and ints.tobytes() == data[8:16]
+    part = bytearray(12)
+    assert await reader.readinto_exactly(memoryview(part)[2:10]) == 8 and part[2:10] == data[16:24]
+    assert await reader.readinto_exactly(bytearray()) == 0
+    with pytest.warns(RuntimeWarning, match="was never awaited"):
+        reader.readinto_exactly(bytearray(4))
+        gc.collect()
+    reader.set_exception(ValueError("set"))
+    with pytest.raises(ValueError, match="set"):
+        await reader.readinto_exactly(bytearray(4))
+    assert bytes(reader._buffer) == data[24:]  # (nothing taken)
     await _close(writer)
 
 

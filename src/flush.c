@@ -1,0 +1,472 @@
+/* aioring._core's flush: one submit per loop iteration, in C (see flush.h). */
+#define PY_SSIZE_T_CLEAN
+#include "flush.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <structmember.h>
+
+static PyObject *str_flush, *str_policy_flush, *str_flush_tail, *str_submit_queued, *str_append,
+    *str_call_soon, *str_is_closed, *str_debug, *str_call_exception_handler, *str_message,
+    *str_exception, *str_handle;
+
+/* ---------------------------------------------------------- FlushHandle */
+
+typedef struct {
+    PyObject_HEAD
+    AiorCore *core;   /* whose flush it runs */
+    char cancelled;   /* asyncio's loop skips it (Handle._cancelled) */
+} AiorFlushHandle;
+
+static int
+handle_traverse(AiorFlushHandle *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->core);
+    return 0;
+}
+
+static int
+handle_clear(AiorFlushHandle *self)
+{
+    Py_CLEAR(self->core);
+    return 0;
+}
+
+static void
+handle_dealloc(AiorFlushHandle *self)
+{
+    PyObject_GC_UnTrack(self);
+    handle_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+handle_repr(AiorFlushHandle *self)
+{
+    return PyUnicode_FromFormat("<aioring flush%s>", self->cancelled ? " cancelled" : "");
+}
+
+/* What asyncio.Handle._run does with an exception: SystemExit and
+   KeyboardInterrupt propagate, any other goes to the loop's handler. */
+static PyObject *
+handle_run(AiorFlushHandle *self, PyObject *unused)
+{
+    if (self->core == NULL)
+        Py_RETURN_NONE;
+    PyObject *r = aior_core_flush(self->core, NULL);
+    if (r != NULL)
+        return r;
+    if (PyErr_ExceptionMatches(PyExc_SystemExit) || PyErr_ExceptionMatches(PyExc_KeyboardInterrupt))
+        return NULL;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(value, tb);
+    PyObject *loop = NULL, *context = NULL, *message = NULL;
+    if (PyWeakref_Check(self->core->loop_ref) && (loop = PyObject_CallNoArgs(self->core->loop_ref)) == NULL)
+        PyErr_Clear();
+    if (loop == NULL || loop == Py_None) {
+        /* (no loop to report to: the error is raised to whoever ran it) */
+        Py_XDECREF(loop);
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    message = PyUnicode_FromFormat("Exception in callback %R", (PyObject *)self);
+    context = PyDict_New();
+    if (message == NULL || context == NULL || PyDict_SetItem(context, str_message, message) < 0 ||
+        PyDict_SetItem(context, str_exception, value) < 0 ||
+        PyDict_SetItem(context, str_handle, (PyObject *)self) < 0)
+        r = NULL;
+    else
+        r = PyObject_CallMethodOneArg(loop, str_call_exception_handler, context);
+    Py_XDECREF(message);
+    Py_XDECREF(context);
+    Py_DECREF(loop);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return r;
+}
+
+static PyObject *
+handle_cancel(AiorFlushHandle *self, PyObject *unused)
+{
+    self->cancelled = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+handle_is_cancelled(AiorFlushHandle *self, PyObject *unused)
+{
+    return PyBool_FromLong(self->cancelled);
+}
+
+static PyObject *
+handle_get_callback(AiorFlushHandle *self, void *unused)
+{
+    if (self->core == NULL || self->core->flush_meth == NULL)
+        Py_RETURN_NONE;
+    return Py_NewRef(self->core->flush_meth);
+}
+
+static PyObject *
+handle_get_args(AiorFlushHandle *self, void *unused)
+{
+    return PyTuple_New(0);
+}
+
+static PyMethodDef handle_methods[] = {
+    {"_run", (PyCFunction)handle_run, METH_NOARGS, "Run the flush (the loop calls it)."},
+    {"cancel", (PyCFunction)handle_cancel, METH_NOARGS, "The loop skips it from now on."},
+    {"cancelled", (PyCFunction)handle_is_cancelled, METH_NOARGS, "Whether it was cancelled."},
+    {NULL},
+};
+
+static PyMemberDef handle_members[] = {
+    {"_cancelled", T_BOOL, offsetof(AiorFlushHandle, cancelled), READONLY, NULL},
+    {NULL},
+};
+
+static PyGetSetDef handle_getset[] = {
+    {"_callback", (getter)handle_get_callback, NULL, "The flush it runs (debug reports).", NULL},
+    {"_args", (getter)handle_get_args, NULL, "()", NULL},
+    {NULL},
+};
+
+static PyTypeObject AiorFlushHandle_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aioring._core.FlushHandle",
+    .tp_doc = "A ring's flush in an asyncio loop's ready queue (see flush.h).",
+    .tp_basicsize = sizeof(AiorFlushHandle),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)handle_traverse,
+    .tp_clear = (inquiry)handle_clear,
+    .tp_dealloc = (destructor)handle_dealloc,
+    .tp_repr = (reprfunc)handle_repr,
+    .tp_methods = handle_methods,
+    .tp_members = handle_members,
+    .tp_getset = handle_getset,
+};
+
+/* ------------------------------------------------------------ scheduling */
+
+static void
+set_ref(PyObject **field, PyObject *value)
+{
+    PyObject *old = *field;
+    *field = Py_NewRef(value);
+    Py_XDECREF(old);
+}
+
+PyObject *
+aior_core_bind(AiorCore *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "bind() takes policy, loop_ref, ready, stranded");
+        return NULL;
+    }
+    if (args[2] != Py_None && !PyObject_HasAttr(args[2], str_append)) {
+        PyErr_SetString(PyExc_TypeError, "bind(): ready must be a deque or None");
+        return NULL;
+    }
+    if (!PyWeakref_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "bind(): loop_ref must be a weak reference");
+        return NULL;
+    }
+    PyObject *meth = PyObject_GetAttr((PyObject *)self, str_flush);
+    if (meth == NULL)
+        return NULL;
+    set_ref(&self->policy, args[0]);
+    set_ref(&self->loop_ref, args[1]);
+    set_ref(&self->ready, args[2]);
+    set_ref(&self->stranded, args[3]);
+    Py_XSETREF(self->flush_meth, meth);
+    Py_CLEAR(self->handle);
+    Py_RETURN_NONE;
+}
+
+/* The handle to append: the last one, unless the loop was told to skip it. */
+static PyObject *
+fresh_handle(AiorCore *self)
+{
+    if (self->handle != NULL && !((AiorFlushHandle *)self->handle)->cancelled)
+        return self->handle;
+    AiorFlushHandle *h = PyObject_GC_New(AiorFlushHandle, &AiorFlushHandle_Type);
+    if (h == NULL)
+        return NULL;
+    h->core = (AiorCore *)Py_NewRef(self);
+    h->cancelled = 0;
+    PyObject_GC_Track(h);
+    Py_XSETREF(self->handle, (PyObject *)h);
+    return self->handle;
+}
+
+/* 1 if loop._debug is true, 0 if not (or absent), -1 on error. */
+static int
+loop_debug(PyObject *loop)
+{
+    PyObject *debug = PyObject_GetAttr(loop, str_debug);
+    if (debug == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    int on = PyObject_IsTrue(debug);
+    Py_DECREF(debug);
+    return on;
+}
+
+int
+aior_schedule_flush(AiorCore *self, PyObject *loop)
+{
+    PyObject *loop_given = loop != Py_None ? loop : NULL, *r;
+    int debug = 0;
+
+    if (self->closed || (self->flush_handle != NULL && self->flush_handle != Py_None))
+        return 0;
+    if (loop_given != NULL) {
+        Py_INCREF(loop);
+    } else {
+        if (!PyWeakref_Check(self->loop_ref))
+            return 0;
+        if ((loop = PyObject_CallNoArgs(self->loop_ref)) == NULL)
+            return -1;
+        if (loop == Py_None) {
+            Py_DECREF(loop);
+            return 0;
+        }
+    }
+    if (loop_given == NULL && (self->ready == NULL || self->ready == Py_None)) {
+        /* (a closed asyncio loop never runs what its ready deque holds) */
+        r = PyObject_CallMethodNoArgs(loop, str_is_closed);
+        int closed = r == NULL ? -1 : PyObject_IsTrue(r);
+        Py_XDECREF(r);
+        if (closed != 0) {
+            Py_DECREF(loop);
+            return closed < 0 ? -1 : 0;
+        }
+    }
+    if (self->ready != NULL && self->ready != Py_None && (debug = loop_debug(loop)) == 0) {
+        PyObject *handle = fresh_handle(self);
+        if (handle == NULL)
+            goto fail;
+        r = PyObject_CallMethodOneArg(self->ready, str_append, handle);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+        set_ref(&self->flush_handle, handle);
+    } else {
+        if (self->ready != NULL && self->ready != Py_None && debug < 0)
+            goto fail;
+        if (self->flush_meth == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "the ring's flush is not bound to a loop");
+            goto fail;
+        }
+        r = PyObject_CallMethodOneArg(loop, str_call_soon, self->flush_meth);
+        if (r == NULL)
+            goto fail;
+        Py_XSETREF(self->flush_handle, r);
+    }
+    Py_DECREF(loop);
+    return 0;
+fail:
+    Py_DECREF(loop);
+    return -1;
+}
+
+PyObject *
+aior_core_schedule_flush(AiorCore *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "schedule_flush() takes at most one argument (loop)");
+        return NULL;
+    }
+    if (aior_schedule_flush(self, nargs ? args[0] : NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------- the flush */
+
+/* Whether policy's own flush must do (the rest of) it. */
+static int
+uncommon(AiorCore *self)
+{
+    if (self->ring == NULL || self->closed)
+        return 1;
+    if (self->stranded != NULL && PyList_Check(self->stranded) && PyList_GET_SIZE(self->stranded))
+        return 1;
+    if (self->waiting != NULL && self->waiting != Py_None) {
+        Py_ssize_t n = PyObject_Length(self->waiting);
+        return n != 0; /* (-1: policy's flush meets the error) */
+    }
+    return 0;
+}
+
+static PyObject *
+call_policy(AiorCore *self, PyObject *name)
+{
+    if (self->policy == NULL || self->policy == Py_None) {
+        PyErr_SetString(PyExc_RuntimeError, "the ring's flush is not bound to a loop");
+        return NULL;
+    }
+    return PyObject_CallMethodNoArgs(self->policy, name);
+}
+
+/* The deferred callbacks, muted.  -1 with an exception set: the callbacks
+   not called yet are deferred again, first. */
+static int
+run_deferred(AiorCore *self)
+{
+    PyObject *callbacks = self->deferred;
+    if (callbacks == NULL || !PyList_CheckExact(callbacks) || PyList_GET_SIZE(callbacks) == 0)
+        return 0;
+    /* The sends they make may complete a receive on this ring (a peer in
+       the same loop): muted, its CQE is harvested by this flush's submit
+       instead of waking the loop again. */
+    if (self->ring != NULL) {
+        io_uring_cq_eventfd_toggle(self->ring, false);
+        self->muted = 1;
+    }
+    PyObject *fresh = PyList_New(0);
+    if (fresh == NULL)
+        return -1;
+    self->deferred = fresh;  /* (the core's reference moves to `callbacks`) */
+    Py_ssize_t n = PyList_GET_SIZE(callbacks);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyObject_CallNoArgs(PyList_GET_ITEM(callbacks, i));
+        if (r == NULL) {
+            /* The others still run, at the next flush (before any deferred since). */
+            if (self->deferred != NULL && PyList_CheckExact(self->deferred)) {
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                PyObject *rest = PyList_GetSlice(callbacks, i + 1, n);
+                if (rest == NULL || PyList_SetSlice(self->deferred, 0, 0, rest) < 0)
+                    PyErr_Clear();
+                Py_XDECREF(rest);
+                PyErr_Restore(type, value, tb);
+            }
+            Py_DECREF(callbacks);
+            return -1;
+        }
+        Py_DECREF(r);
+    }
+    Py_DECREF(callbacks);
+    return 0;
+}
+
+/* The submit of what the iteration queued (policy's _submit_queued and
+   _submit, in their common case).  -1 with an exception set. */
+static int
+submit_queued(AiorCore *self)
+{
+    unsigned pending = io_uring_sq_ready(self->ring);
+    int submitted;
+
+    self->solo = pending <= 1;
+    if (pending) {
+        if (self->sq_tagged) {
+            PyObject *found = aior_withdrawable(self, AIOR_AWAITED);
+            if (found == NULL)
+                return -1;
+            Py_ssize_t n = PyObject_Length(found);
+            Py_DECREF(found);
+            if (n != 0) {  /* callers cancelled before their SQE left: policy withdraws them */
+                PyObject *r = n < 0 ? NULL : call_policy(self, str_submit_queued);
+                Py_XDECREF(r);
+                return r == NULL ? -1 : 0;
+            }
+        }
+    } else if (!aior_cq_due(self)) {
+        return 0;
+    }
+    /* (with nothing to submit: muted, or completions wait, and an empty
+       submit turns the eventfd on again and harvests them without a wakeup) */
+    if (aior_submit(self, &submitted) < 0)
+        return -1;
+    if (submitted < 0) {
+        if (submitted != -EAGAIN && submitted != -EBUSY && submitted != -EINTR) {
+            PyObject *exc = PyObject_CallFunction(self->os_error, "i", submitted);
+            if (exc != NULL) {
+                PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+                Py_DECREF(exc);
+            }
+            return -1;
+        }
+        /* The kernel could not take the SQEs now; they stay queued. */
+        Py_XSETREF(self->flush_handle, Py_NewRef(Py_None));
+        if (aior_schedule_flush(self, NULL) < 0)
+            return -1;
+    }
+    int waits = uncommon(self);
+    if (waits || (pending && self->ring != NULL && io_uring_sq_ready(self->ring) &&
+                  self->flush_handle == Py_None))
+        /* Room freed for the waiting ops (or a poll requeued one), or the
+           kernel stopped short of the batch: they go with the next flush. */
+        return aior_schedule_flush(self, NULL);
+    return 0;
+}
+
+PyObject *
+aior_core_flush(AiorCore *self, PyObject *unused)
+{
+    PyObject *r;
+
+    if (uncommon(self))
+        return call_policy(self, str_policy_flush);
+    Py_XSETREF(self->eager_task, Py_NewRef(Py_None));
+    self->eager_left = 0;
+    if (run_deferred(self) < 0)
+        goto error;
+    Py_XSETREF(self->flush_handle, Py_NewRef(Py_None));
+    if (uncommon(self)) {
+        r = call_policy(self, str_flush_tail);
+        if (r == NULL)
+            goto error;
+        return r;
+    }
+    if (submit_queued(self) < 0)
+        goto error;
+    Py_RETURN_NONE;
+error:
+    /* A KeyboardInterrupt (raised at any line by the default SIGINT
+       handler): the flush must come again, or nothing queued would ever
+       reach the kernel.  (An error goes to the loop's handler, and the next
+       operation schedules the flush.) */
+    {
+        PyObject *type, *value, *tb;
+        int again = !PyErr_ExceptionMatches(PyExc_Exception) || aior_cq_due(self);
+        PyErr_Fetch(&type, &value, &tb);
+        Py_XSETREF(self->flush_handle, Py_NewRef(Py_None));
+        if (again && aior_schedule_flush(self, NULL) < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+    }
+    return NULL;
+}
+
+/* -------------------------------------------------------------- module */
+
+int
+aior_flush_add_types(PyObject *module)
+{
+#define INTERN(var, s) if ((var = PyUnicode_InternFromString(s)) == NULL) return -1
+    INTERN(str_flush, "flush");
+    INTERN(str_flush_tail, "_flush_tail");
+    INTERN(str_submit_queued, "_submit_queued");
+    INTERN(str_policy_flush, "_flush");
+    INTERN(str_append, "append");
+    INTERN(str_call_soon, "call_soon");
+    INTERN(str_is_closed, "is_closed");
+    INTERN(str_debug, "_debug");
+    INTERN(str_call_exception_handler, "call_exception_handler");
+    INTERN(str_message, "message");
+    INTERN(str_exception, "exception");
+    INTERN(str_handle, "handle");
+#undef INTERN
+    if (PyType_Ready(&AiorFlushHandle_Type) < 0)
+        return -1;
+    return PyModule_AddObjectRef(module, "FlushHandle", (PyObject *)&AiorFlushHandle_Type);
+}
