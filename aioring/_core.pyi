@@ -147,7 +147,6 @@ def read_cached(fd: Any, size: Any, offset: Any, /) -> bytes | bytearray | None:
 
 TRY_READINTO: int
 TRY_READ: int
-TRY_TAKE_EXACTLY: int
 
 class CacheFirst:
     """A coroutine function whose awaited call first tries the page cache in C."""

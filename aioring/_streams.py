@@ -43,8 +43,7 @@ from ._channel import _ECANCELED, _Receiver
 from ._channel import _Channel as _Channel  # noqa: PLC0414  (re-exported: the TLS layer names it from here)
 from ._binding import MSG_WAITALL, AcceptRequest, prep_accept, prep_poll
 from ._net import check_socket, sock_connect
-from ._core import TRY_TAKE_EXACTLY
-from ._ops import _cache_first, check_fd, pace
+from ._ops import check_fd, pace
 from ._ringbase import _DONE as _OP_DONE
 from ._loops import get_ring
 from ._ringbase import Op, os_error
@@ -331,11 +330,6 @@ class StreamReader(asyncio.StreamReader):
             return await self._readinto_exactly(view)
         finally:
             _let_go(view)
-
-    # Its call's first step is the core's (src/channel.h, aior_take_exactly):
-    # buf filled from the buffer when it holds enough, without a coroutine;
-    # otherwise the coroutine above, whole.
-    readinto_exactly = _cache_first(TRY_TAKE_EXACTLY, readinto_exactly)(readinto_exactly)
 
     async def _readinto_exactly(self, view: bytearray | memoryview) -> int:
         if self._exception is not None:

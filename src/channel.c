@@ -1075,70 +1075,9 @@ PyTypeObject AiorSender_Type = {
     .tp_members = sender_members,
 };
 
-/* --------------------------------------------------- readinto_exactly */
-
-static PyObject *str_tls, *str_exception;
-
-/* 1 if reader.<name> is None, 0 if not, -1 on error. */
-static int
-attr_is_none(PyObject *obj, PyObject *name)
-{
-    PyObject *value = PyObject_GetAttr(obj, name);
-    if (value == NULL)
-        return -1;
-    int none = value == Py_None;
-    Py_DECREF(value);
-    return none;
-}
-
-Py_ssize_t
-aior_take_exactly(PyObject *reader, PyObject *buf)
-{
-    Py_buffer view;
-    int ok;
-
-    if (PyByteArray_CheckExact(buf)) {
-        if (PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE) < 0)
-            return -2;
-    } else if (PyMemoryView_Check(buf)) {
-        /* (a released view, or one refused here: policy raises its error) */
-        if (PyObject_GetBuffer(buf, &view, PyBUF_FULL) < 0) {
-            PyErr_Clear();
-            return -1;
-        }
-        if (view.ndim != 1 || view.itemsize != 1 || (view.strides != NULL && view.strides[0] != 1) ||
-            (view.format != NULL && strcmp(view.format, "B") != 0)) {
-            PyBuffer_Release(&view);
-            return -1;
-        }
-    } else {
-        return -1;
-    }
-    Py_ssize_t n = view.len;
-    PyObject *buffered = NULL;
-    if ((ok = attr_is_none(reader, str_tls)) == 1 && (ok = attr_is_none(reader, str_exception)) == 1) {
-        buffered = PyObject_GetAttr(reader, str_buffer);
-        if (buffered == NULL)
-            ok = -1;
-        else if (!PyByteArray_CheckExact(buffered) || PyByteArray_GET_SIZE(buffered) < n)
-            ok = 0;
-    }
-    if (ok == 1)
-        memmove(view.buf, PyByteArray_AS_STRING(buffered), (size_t)n);
-    PyBuffer_Release(&view);
-    if (ok == 1 && n && PySequence_DelSlice(buffered, 0, n) < 0)
-        ok = -1;  /* (an export of the reader's buffer: the bytes were copied, and stay) */
-    Py_XDECREF(buffered);
-    return ok == 1 ? n : ok == 0 ? -1 : -2;
-}
-
 int
 aior_channel_add_types(PyObject *module)
 {
-    str_tls = PyUnicode_InternFromString("_tls");
-    str_exception = PyUnicode_InternFromString("_exception");
-    if (str_tls == NULL || str_exception == NULL)
-        return -1;
     str_buffer = PyUnicode_InternFromString("_buffer");
     str_waiter = PyUnicode_InternFromString("_waiter");
     str_received = PyUnicode_InternFromString("_received");

@@ -30,9 +30,9 @@
  *       _core        the Core that re-arms the op (None: never re-arms;
  *                    the threads backend, an emulated opcode).
  *       _flush       called (no arguments) after a re-arm, so that the SQE
- *                    it prepared is submitted (the ring's flush); not
- *                    called while _core's flush is scheduled already
- *                    (aior_flush_scheduled).
+ *                    it prepared is submitted (the ring's flush); with a
+ *                    _core, the core schedules its flush itself instead
+ *                    (aior_schedule_flush, flush.h).
  *       _rearm_max   a completion of fewer bytes than this re-arms (bulk
  *                    data, larger, is left to the reader's direct receive
  *                    into its own buffer); 0: never.
@@ -256,22 +256,10 @@ extern PyTypeObject AiorSender_Type;
  *  or _sent(-errno) and _after_send() (the connection's error).  The joined
  *  writes then wait in the queue as one bytes object.
  *
- * aior_take_exactly(reader, buf) -> n | -1 | -2  A StreamReader's
- *  readinto_exactly(buf) served from its buffer: buf a bytearray or a
- *  writable C-contiguous memoryview of bytes (format "B"), the reader
- *  without a TLS layer (`_tls` None) or an exception (`_exception` None),
- *  and its buffer (`_buffer`, a bytearray) holding at least len(buf)
- *  bytes: the first len(buf) are copied into buf and taken from the
- *  buffer, and that length returned.  -1: not served, nothing changed
- *  (policy's coroutine does it, and raises its errors); -2 with an
- *  exception set.  (fileops.h's CacheFirst of kind TRY_TAKE_EXACTLY makes
- *  it the first step of StreamReader.readinto_exactly.)
- *
  * aior_channel_add_types(module) -> 0 | -1  Adds Receiver, Sender,
  *  RECV_CHUNK, JOIN_MAX and POOL_MIN to the module (its init).
  */
 int aior_recv_complete(AiorCore *core, AiorOp *op, AiorRecv *rx, int res);
-Py_ssize_t aior_take_exactly(PyObject *reader, PyObject *buf);
 int aior_channel_add_types(PyObject *module);
 
 #endif

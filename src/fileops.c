@@ -1,7 +1,6 @@
 /* aioring._core's page-cache reads (see fileops.h). */
 #define PY_SSIZE_T_CLEAN
 #include "fileops.h"
-#include "channel.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -264,12 +263,12 @@ read_cached(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* ------------------------------------------------------------ CacheFirst */
 
 /* Which try a CacheFirst makes (see fileops.h). */
-enum { TRY_READINTO, TRY_READ, TRY_TAKE_EXACTLY };
+enum { TRY_READINTO, TRY_READ };
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    int kind;             /* TRY_READINTO, TRY_READ or TRY_TAKE_EXACTLY */
+    int kind;             /* TRY_READINTO or TRY_READ */
     PyObject *public_fn;  /* the coroutine function it stands for */
     PyObject *rest;       /* rest(fd, x, offset, tried): the coroutine after a try not served */
     PyObject *served;     /* served(result): the coroutine after a hit when a yield was due */
@@ -282,8 +281,7 @@ enum { UNSTARTED, DELEGATING, FINISHED };
 typedef struct {
     PyObject_HEAD
     CacheFirst *owner;
-    PyObject *args[3];    /* fd, buffer or size, offset; TRY_TAKE_EXACTLY: reader, buffer */
-    int nargs;            /* of args */
+    PyObject *args[3];    /* fd, buffer or size, offset */
     PyObject *inner;      /* rest's coroutine while DELEGATING */
     int state;
 } CacheFirstCall;
@@ -297,7 +295,7 @@ cache_first_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
     CacheFirst *self = (CacheFirst *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
 
-    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || nargs < 2 || nargs > (self->kind == TRY_TAKE_EXACTLY ? 2 : 3))
+    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || nargs < 2 || nargs > 3)
         return PyObject_Vectorcall(self->public_fn, args, nargsf, kwnames);  /* (its errors, its binding) */
     CacheFirstCall *call = PyObject_GC_New(CacheFirstCall, &CacheFirstCall_Type);
     if (call == NULL)
@@ -305,8 +303,7 @@ cache_first_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
     call->owner = (CacheFirst *)Py_NewRef(callable);
     call->args[0] = Py_NewRef(args[0]);
     call->args[1] = Py_NewRef(args[1]);
-    call->args[2] = nargs == 3 ? Py_NewRef(args[2]) : self->kind == TRY_TAKE_EXACTLY ? NULL : PyLong_FromLong(-1);
-    call->nargs = self->kind == TRY_TAKE_EXACTLY ? 2 : 3;
+    call->args[2] = nargs == 3 ? Py_NewRef(args[2]) : PyLong_FromLong(-1);
     call->inner = NULL;
     call->state = UNSTARTED;
     PyObject_GC_Track(call);
@@ -325,7 +322,7 @@ cache_first_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     }
     if (!PyArg_ParseTuple(args, "iOOO:CacheFirst", &kind, &public_fn, &rest, &served))
         return NULL;
-    if ((kind != TRY_READINTO && kind != TRY_READ && kind != TRY_TAKE_EXACTLY) || !PyCallable_Check(public_fn) || !PyCallable_Check(rest) ||
+    if ((kind != TRY_READINTO && kind != TRY_READ) || !PyCallable_Check(public_fn) || !PyCallable_Check(rest) ||
         !PyCallable_Check(served)) {
         PyErr_SetString(PyExc_ValueError,
                         "CacheFirst(kind, public, rest, served) needs a known kind and callables");
@@ -376,15 +373,6 @@ cache_first_repr(CacheFirst *self)
     return PyObject_Repr(self->public_fn);
 }
 
-/* As a function's: an attribute of a class binds to the instance. */
-static PyObject *
-cache_first_descr_get(PyObject *self, PyObject *obj, PyObject *type)
-{
-    if (obj == NULL || obj == Py_None)
-        return Py_NewRef(self);
-    return PyMethod_New(self, obj);
-}
-
 static PyGetSetDef cache_first_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict},
     {NULL},
@@ -394,9 +382,7 @@ static PyTypeObject CacheFirst_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "aioring._core.CacheFirst",
     .tp_basicsize = sizeof(CacheFirst),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
-                Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_descr_get = cache_first_descr_get,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "CacheFirst(kind, public, rest, served): a coroutine function whose call's first step is the "
               "page cache's try (see fileops.h).",
     .tp_new = cache_first_new,
@@ -423,20 +409,6 @@ static PySendResult
 call_start(CacheFirstCall *self, PyObject **result)
 {
     int kind = self->owner->kind, yield_due = 0;
-    if (kind == TRY_TAKE_EXACTLY) {
-        Py_ssize_t n = aior_take_exactly(self->args[0], self->args[1]);
-        if (n >= 0) {
-            *result = PyLong_FromSsize_t(n);
-            return *result == NULL ? PYGEN_ERROR : PYGEN_RETURN;
-        }
-        if (n < -1)
-            return PYGEN_ERROR;
-        self->inner = PyObject_Vectorcall(self->owner->rest, self->args, 2, NULL);
-        if (self->inner == NULL)
-            return PYGEN_ERROR;
-        self->state = DELEGATING;
-        return PYGEN_NEXT;
-    }
     PyObject *tried = kind == TRY_READINTO ? try_readinto(self->args, &yield_due)
                                            : try_read(self->args, &yield_due);
     if (tried == NULL)
@@ -526,7 +498,7 @@ call_forward(CacheFirstCall *self, PyObject *method, PyObject *args)
     if (target == NULL) {
         if (self->args[0] == NULL)
             return reused();
-        target = PyObject_Vectorcall(self->owner->public_fn, self->args, self->nargs, NULL);
+        target = PyObject_Vectorcall(self->owner->public_fn, self->args, 3, NULL);
         if (target == NULL)
             return NULL;
     }
@@ -688,8 +660,7 @@ aior_fileops_add(PyObject *module)
         return -1;
     if (PyModule_AddObjectRef(module, "CacheFirst", (PyObject *)&CacheFirst_Type) < 0 ||
         PyModule_AddIntConstant(module, "TRY_READINTO", TRY_READINTO) < 0 ||
-        PyModule_AddIntConstant(module, "TRY_READ", TRY_READ) < 0 ||
-        PyModule_AddIntConstant(module, "TRY_TAKE_EXACTLY", TRY_TAKE_EXACTLY) < 0)
+        PyModule_AddIntConstant(module, "TRY_READ", TRY_READ) < 0)
         return -1;
     return PyModule_AddFunctions(module, fileops_methods);
 }

@@ -52,15 +52,7 @@
  *  its errors).  Otherwise as public's coroutine: reused after the end it
  *  raises RuntimeError, never awaited it warns, thrown into or closed before
  *  its first step it runs nothing.  Its attributes (a __dict__) take
- *  public's name, docstring and __wrapped__.  As a class attribute it
- *  binds to the instance as a function does (a method: the instance is
- *  the call's first argument).
- *
- *  Kind TRY_TAKE_EXACTLY is StreamReader.readinto_exactly's (reader, buf):
- *  its first step is channel.h's aior_take_exactly, a hit's result the
- *  length; otherwise it goes on in rest(reader, buf), with no try's answer
- *  (rest is then public itself).  A call of other than 2 arguments is
- *  public's own.
+ *  public's name, docstring and __wrapped__.
  *
  * pace() -> bool  One call served without a yield, counted in unyielded[0]:
  *  False; when that makes yield_every (or the counter is not an int),

@@ -365,9 +365,8 @@ async def test_the_rest_of_a_frame_already_arrived_is_taken_at_once(socks):
 
 
 async def test_readinto_exactly_from_the_buffer_keeps_a_coroutines_ways(socks):
-    """readinto_exactly of bytes already buffered (served by the core, without
-    a coroutine frame): fills a bytearray, a slice of one and a buffer of
-    another format alike; an exception set on the reader comes first, as
+    """readinto_exactly of bytes already buffered: fills a bytearray, a
+    slice of one and a buffer of another format alike; an exception set on the reader comes first, as
     asyncio's readexactly raises it; and the method is a coroutine function
     whose call, never awaited, warns as a coroutine's does."""
     a, b = _tcp_pair(socks)
