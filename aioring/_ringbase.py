@@ -115,11 +115,13 @@ def _not_handed_on(op: Op) -> bool:
 def _ready_of(loop: asyncio.AbstractEventLoop) -> Any:
     """The ready queue of one of asyncio's own loops, where the core may
     append its flush's handle itself (src/flush.h): only where the loop's
-    class schedules and runs callbacks as asyncio.BaseEventLoop does.  None
-    otherwise (uvloop, a loop that changes either): call_soon."""
-    cls = type(loop)
-    if not isinstance(loop, asyncio.BaseEventLoop) or cls.call_soon is not asyncio.BaseEventLoop.call_soon \
-            or cls._run_once is not asyncio.BaseEventLoop._run_once:  # type: ignore[attr-defined]
+    class schedules and runs callbacks as asyncio.BaseEventLoop does, and
+    whose call_soon is not replaced on the loop itself.  None otherwise
+    (uvloop, a loop that changes either): call_soon."""
+    cls: Any = type(loop)
+    base: Any = asyncio.BaseEventLoop
+    if not isinstance(loop, base) or cls.call_soon is not base.call_soon \
+            or cls._run_once is not base._run_once or "call_soon" in getattr(loop, "__dict__", ()):
         return None
     ready = getattr(loop, "_ready", None)
     return ready if type(ready) is deque else None

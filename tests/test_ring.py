@@ -734,3 +734,15 @@ def test_a_loop_that_changes_call_soon_gets_the_flush_through_it(debug, tmp_path
     finally:
         loop.close()
     assert [cb for cb in scheduled if getattr(cb, "__self__", None) is core]
+    # The same with call_soon replaced on the loop itself (instrumentation does):
+    scheduled.clear()
+    loop = asyncio.SelectorEventLoop()
+    plain = loop.call_soon
+    loop.call_soon = lambda callback, *args, context=None: (  # type: ignore[method-assign]
+        scheduled.append(callback) or plain(callback, *args, context=context))
+    try:
+        assert loop.run_until_complete(main()) == b"AAAABBBBCCCC"
+        core = _loops.get_ring(loop)._core
+    finally:
+        loop.close()
+    assert [cb for cb in scheduled if getattr(cb, "__self__", None) is core]
