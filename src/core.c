@@ -192,8 +192,8 @@ PyTypeObject AiorOp_Type = {
 
 /* Replace a field with a new reference (the old one dropped last, as its
    destructor may run code that reads the op). */
-static void
-set_field(PyObject **field, PyObject *value)
+void
+aior_set_field(PyObject **field, PyObject *value)
 {
     PyObject *old = *field;
     *field = Py_NewRef(value);
@@ -216,26 +216,26 @@ core_init(AiorCore *self, PyObject *args, PyObject *kwds)
                                      &os_error, &retry, &strand, &invalid))
         return -1;
     self->ring = (struct io_uring *)(uintptr_t)address;
-    set_field(&self->owner, owner);
-    set_field(&self->ops, ops);
-    set_field(&self->cancel_entry, cancel_entry);
-    set_field(&self->release, release);
-    set_field(&self->os_error, os_error);
-    set_field(&self->retry, retry);
-    set_field(&self->strand, strand);
-    set_field(&self->invalid_state, invalid);
-    set_field(&self->flush_handle, Py_None);
-    set_field(&self->waiting, Py_None);
-    set_field(&self->policy, Py_None);
-    set_field(&self->loop_ref, Py_None);
-    set_field(&self->ready, Py_None);
-    set_field(&self->stranded, Py_None);
-    set_field(&self->eager_task, Py_None);
+    aior_set_field(&self->owner, owner);
+    aior_set_field(&self->ops, ops);
+    aior_set_field(&self->cancel_entry, cancel_entry);
+    aior_set_field(&self->release, release);
+    aior_set_field(&self->os_error, os_error);
+    aior_set_field(&self->retry, retry);
+    aior_set_field(&self->strand, strand);
+    aior_set_field(&self->invalid_state, invalid);
+    aior_set_field(&self->flush_handle, Py_None);
+    aior_set_field(&self->waiting, Py_None);
+    aior_set_field(&self->policy, Py_None);
+    aior_set_field(&self->loop_ref, Py_None);
+    aior_set_field(&self->ready, Py_None);
+    aior_set_field(&self->stranded, Py_None);
+    aior_set_field(&self->eager_task, Py_None);
     self->solo = 1;
     PyObject *deferred = PyList_New(0);
     if (deferred == NULL)
         return -1;
-    set_field(&self->deferred, deferred);
+    aior_set_field(&self->deferred, deferred);
     Py_DECREF(deferred);
     self->next_key = 1;
     return 0;

@@ -300,8 +300,13 @@ int aior_flush_scheduled(AiorCore *core);
  *
  * aior_cq_due(core) -> 1 | 0  cq_due.
  *
- * aior_withdrawable(core, tag) -> new reference | NULL  withdrawable(tag). */
+ * aior_withdrawable(core, tag) -> new reference | NULL  withdrawable(tag).
+ *
+ * aior_set_field(&field, value)  A field of an object replaced by a new
+ *  reference to value (the old one dropped last: its destructor may run
+ *  code that reads the object). */
 int aior_submit(AiorCore *core, int *submitted);
+void aior_set_field(PyObject **field, PyObject *value);
 int aior_cq_due(AiorCore *core);
 PyObject *aior_withdrawable(AiorCore *core, unsigned long long mask);
 int aior_defer(AiorCore *core, PyObject *callback);

@@ -151,14 +151,6 @@ static PyTypeObject AiorFlushHandle_Type = {
 
 /* ------------------------------------------------------------ scheduling */
 
-static void
-set_ref(PyObject **field, PyObject *value)
-{
-    PyObject *old = *field;
-    *field = Py_NewRef(value);
-    Py_XDECREF(old);
-}
-
 PyObject *
 aior_core_bind(AiorCore *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -177,10 +169,10 @@ aior_core_bind(AiorCore *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *meth = PyObject_GetAttr((PyObject *)self, str_flush);
     if (meth == NULL)
         return NULL;
-    set_ref(&self->policy, args[0]);
-    set_ref(&self->loop_ref, args[1]);
-    set_ref(&self->ready, args[2]);
-    set_ref(&self->stranded, args[3]);
+    aior_set_field(&self->policy, args[0]);
+    aior_set_field(&self->loop_ref, args[1]);
+    aior_set_field(&self->ready, args[2]);
+    aior_set_field(&self->stranded, args[3]);
     Py_XSETREF(self->flush_meth, meth);
     Py_CLEAR(self->handle);
     Py_RETURN_NONE;
@@ -256,7 +248,7 @@ aior_schedule_flush(AiorCore *self, PyObject *loop)
         if (r == NULL)
             goto fail;
         Py_DECREF(r);
-        set_ref(&self->flush_handle, handle);
+        aior_set_field(&self->flush_handle, handle);
     } else {
         if (self->ready != NULL && self->ready != Py_None && debug < 0)
             goto fail;

@@ -709,14 +709,23 @@ async def test_an_error_in_the_flush_reaches_the_loops_handler_and_the_rest_stil
 @pytest.mark.backends("io_uring")  # (the threads backend's requests leave at once: no flush)
 @pytest.mark.parametrize("debug", [False, True])
 def test_a_loop_that_changes_call_soon_gets_the_flush_through_it(debug, tmp_path):
-    """A loop class of asyncio's whose call_soon is its own sees the flush
-    scheduled through it (in debug mode too), and operations complete."""
+    """A loop class of asyncio's whose call_soon is its own, or a loop whose
+    call_soon is replaced on the loop itself (as instrumentation does), sees
+    the flush scheduled through it (in debug mode too), and operations
+    complete."""
     scheduled: list[object] = []
 
     class Watched(asyncio.SelectorEventLoop):
         def call_soon(self, callback, *args, context=None):  # type: ignore[no-untyped-def]
             scheduled.append(callback)
             return super().call_soon(callback, *args, context=context)
+
+    def replaced() -> asyncio.AbstractEventLoop:
+        loop = asyncio.SelectorEventLoop()
+        plain = loop.call_soon
+        loop.call_soon = lambda callback, *args, context=None: (  # type: ignore[method-assign]
+            scheduled.append(callback) or plain(callback, *args, context=context))
+        return loop
 
     async def main() -> bytes:
         fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o600)
@@ -726,23 +735,13 @@ def test_a_loop_that_changes_call_soon_gets_the_flush_through_it(debug, tmp_path
         finally:
             os.close(fd)
 
-    loop = Watched()
-    loop.set_debug(debug)
-    try:
-        assert loop.run_until_complete(main()) == b"AAAABBBBCCCC"
-        core = _loops.get_ring(loop)._core
-    finally:
-        loop.close()
-    assert [cb for cb in scheduled if getattr(cb, "__self__", None) is core]
-    # The same with call_soon replaced on the loop itself (instrumentation does):
-    scheduled.clear()
-    loop = asyncio.SelectorEventLoop()
-    plain = loop.call_soon
-    loop.call_soon = lambda callback, *args, context=None: (  # type: ignore[method-assign]
-        scheduled.append(callback) or plain(callback, *args, context=context))
-    try:
-        assert loop.run_until_complete(main()) == b"AAAABBBBCCCC"
-        core = _loops.get_ring(loop)._core
-    finally:
-        loop.close()
-    assert [cb for cb in scheduled if getattr(cb, "__self__", None) is core]
+    for make in (Watched, replaced):
+        scheduled.clear()
+        loop = make()
+        loop.set_debug(debug)
+        try:
+            assert loop.run_until_complete(main()) == b"AAAABBBBCCCC"
+            core = _loops.get_ring(loop)._core
+        finally:
+            loop.close()
+        assert [cb for cb in scheduled if getattr(cb, "__self__", None) is core], make
