@@ -292,7 +292,9 @@ uncommon(AiorCore *self)
         return 1;
     if (self->waiting != NULL && self->waiting != Py_None) {
         Py_ssize_t n = PyObject_Length(self->waiting);
-        return n != 0; /* (-1: policy's flush meets the error) */
+        if (n < 0)
+            PyErr_Clear();  /* (policy's flush meets the error itself) */
+        return n != 0;
     }
     return 0;
 }
