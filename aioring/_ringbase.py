@@ -338,46 +338,9 @@ class RingBase(abc.ABC):
         self._core.deferred.append(callback)
         self._schedule_flush()
 
-    def _flush(self) -> None:
-        """The flush of the iteration (see src/flush.h, whose core.flush()
-        does it in the common case and calls this for the others)."""
-        core = self._core
-        try:
-            core.eager_task = None
-            core.eager_left = 0
-            if self._closed:
-                core.flush_handle = None
-                return
-            deferred = core.deferred
-            if deferred:
-                # The sends they make may complete a receive on this ring (a
-                # peer in the same loop): muted, its CQE is harvested by this
-                # flush's submit instead of waking the loop again.
-                core.mute()
-                # Still flagged as flushing: what they start is queued, not eager.
-                callbacks = iter(deferred)
-                try:
-                    core.deferred = []
-                    for callback in callbacks:
-                        callback()
-                except BaseException:
-                    if core.deferred is not deferred:
-                        core.deferred[:0] = callbacks  # the others still run, at the next flush
-                    raise
-            core.flush_handle = None
-            self._flush_tail()
-        except BaseException as exc:
-            # A KeyboardInterrupt (raised at any line by the default SIGINT
-            # handler): the flush must come again, or nothing queued would
-            # ever reach the kernel.  (An error goes to the loop's handler,
-            # and the next operation schedules the flush.)
-            core.flush_handle = None
-            if not isinstance(exc, Exception) or core.cq_due:
-                self._schedule_flush()  # (muted: only a submit turns the eventfd on again)
-            raise
-
     def _flush_tail(self) -> None:
-        """The flush's part after its deferred callbacks."""
+        """The flush's part after its deferred callbacks where the core does
+        not do it itself (src/flush.h: the core runs the flush)."""
         if self._closed:
             return
         if self._stranded:

@@ -6,7 +6,7 @@
 #include <liburing.h>
 #include <structmember.h>
 
-static PyObject *str_flush, *str_policy_flush, *str_flush_tail, *str_submit_queued, *str_append,
+static PyObject *str_flush, *str_flush_tail, *str_submit_queued, *str_append,
     *str_call_soon, *str_is_closed, *str_debug, *str_call_exception_handler, *str_message,
     *str_exception, *str_handle;
 
@@ -408,10 +408,14 @@ aior_core_flush(AiorCore *self, PyObject *unused)
 {
     PyObject *r;
 
-    if (uncommon(self))
-        return call_policy(self, str_policy_flush);
     Py_XSETREF(self->eager_task, Py_NewRef(Py_None));
     self->eager_left = 0;
+    if (self->closed) {
+        Py_XSETREF(self->flush_handle, Py_NewRef(Py_None));
+        Py_RETURN_NONE;
+    }
+    /* (Still scheduled while they run: what they start is queued, not
+       submitted eagerly.) */
     if (run_deferred(self) < 0)
         goto error;
     Py_XSETREF(self->flush_handle, Py_NewRef(Py_None));
@@ -450,7 +454,6 @@ aior_flush_add_types(PyObject *module)
     INTERN(str_flush, "flush");
     INTERN(str_flush_tail, "_flush_tail");
     INTERN(str_submit_queued, "_submit_queued");
-    INTERN(str_policy_flush, "_flush");
     INTERN(str_append, "append");
     INTERN(str_call_soon, "call_soon");
     INTERN(str_is_closed, "is_closed");

@@ -5,8 +5,8 @@
  * leaves with the iteration's flush: one submit for all of them (and, for
  * the first of the iteration, an eager submit that policy decides on).  The
  * flush is a callback the loop runs after the tasks that started them.
- * Policy (RingBase._flush, Python) decides what it does; the core does it
- * here in the common case, without a call into Python:
+ * Policy decides what it does (RingBase._flush is this flush); the core
+ * does it here, calling into Python only for the uncommon cases below:
  *
  *   - the eager run of the iteration ends (eager_task None, eager_left 0);
  *   - the deferred callbacks run (a stream's sends of the iteration), with
@@ -22,13 +22,12 @@
  *     SQ, could not take it now (EAGAIN, EBUSY, EINTR), or when ops wait
  *     behind backpressure after the completions.
  *
- * Every other case goes to policy's own flush, whole, before anything is
- * done: a closed or detached ring (and the threads backend, with no ring),
- * CQEs stranded by an exception, ops waiting behind backpressure.  The same
- * checks are made again after the deferred callbacks (which may add to
- * either), and then the rest goes to policy's `_flush_tail`; so do callers
- * cancelled before their SQE left (withdrawable), to policy's
- * `_submit_queued`, which withdraws them.
+ * A closed ring's flush does nothing but end the eager run.  After the
+ * deferred callbacks, the rest goes to policy's `_flush_tail` where the
+ * core has no ring (the threads backend, or one detached), CQEs were
+ * stranded by an exception, or ops wait behind backpressure; and the
+ * submit goes to policy's `_submit_queued` when callers were cancelled
+ * before their SQE left (withdrawable), which it withdraws.
  *
  * An exception escaping the flush leaves it unscheduled (flush_handle
  * None), scheduled again only if it is not an Exception (a
@@ -48,8 +47,7 @@
  * Entry points of Core (Python names in brackets):
  *
  * [bind(policy, loop_ref, ready, stranded)]  Once, by policy, for its loop:
- *  `policy` the ring whose _flush, _flush_tail and _submit_queued the core
- *  calls, `loop_ref` a weak reference to the loop, `ready` the loop's
+ *  `policy` the ring whose _flush_tail and _submit_queued the core calls, `loop_ref` a weak reference to the loop, `ready` the loop's
  *  ready deque (None: call_soon), `stranded` policy's list of stranded
  *  CQEs (the core reads whether it is empty).
  *
