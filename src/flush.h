@@ -5,8 +5,8 @@
  * leaves with the iteration's flush: one submit for all of them (and, for
  * the first of the iteration, an eager submit that policy decides on).  The
  * flush is a callback the loop runs after the tasks that started them.
- * Policy decides what it does (RingBase._flush is this flush); the core
- * does it here, calling into Python only for the uncommon cases below:
+ * Policy (aioring._ringbase) decides what it does; the core does it here,
+ * calling into Python only for the uncommon cases below:
  *
  *   - the eager run of the iteration ends (eager_task None, eager_left 0);
  *   - the deferred callbacks run (a stream's sends of the iteration), with
@@ -47,9 +47,10 @@
  * Entry points of Core (Python names in brackets):
  *
  * [bind(policy, loop_ref, ready, stranded)]  Once, by policy, for its loop:
- *  `policy` the ring whose _flush_tail and _submit_queued the core calls, `loop_ref` a weak reference to the loop, `ready` the loop's
- *  ready deque (None: call_soon), `stranded` policy's list of stranded
- *  CQEs (the core reads whether it is empty).
+ *  `policy` the ring whose _flush_tail and _submit_queued the core
+ *  calls, `loop_ref` a weak reference to the loop, `ready` the loop's ready
+ *  deque (None: call_soon), `stranded` policy's list of stranded CQEs (the
+ *  core reads whether it is empty).
  *
  * [schedule_flush(loop=None) -> None]  Schedule the flush, unless it is
  *  scheduled already or the core is closed.  loop None: the bound loop,
