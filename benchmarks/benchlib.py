@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import gc
 import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -26,6 +28,9 @@ from typing import Any, Protocol, TypeVar
 REPO = Path(__file__).resolve().parent.parent
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 MB = 1_000_000
+
+
+_PR_SET_PDEATHSIG = 1  # (linux/prctl.h)
 
 
 def log(message: str, end: str = "\n") -> None:
@@ -162,6 +167,18 @@ def run_meta(backend: str, dists: Iterable[str]) -> dict[str, Any]:
 
 # The CPUs this benchmark may use, read before pin_pair() pins this process.
 USABLE_CPUS = sorted(os.sched_getaffinity(0))
+
+
+def die_with_parent() -> None:
+    """In a benchmark's worker process: end it when the process that started
+    it ends (Linux's PR_SET_PDEATHSIG), so that a benchmark stopped by a
+    signal leaves no worker behind, serving or sending on its own."""
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # (it ended before the call)
+        os._exit(1)
 
 
 def pin_pair(server_pid: int, client_pid: int) -> str:

@@ -106,9 +106,9 @@ from statistics import median
 from typing import Any, cast
 
 from benchlib import (
-    KIB, MB, MIB, REPO, Progress, add_run_options, aioring_backend, error_text, log, machine_cpu,
-    machine_line, median_rows, new_loop, noise_notes, parse_list, pin_pair, pin_together, presets,
-    print_failures, render, run_meta, uvloop, write_json,
+    KIB, MB, MIB, REPO, Progress, add_run_options, aioring_backend, die_with_parent, error_text, log,
+    machine_cpu, machine_line, median_rows, new_loop, noise_notes, parse_list, pin_pair, pin_together,
+    presets, print_failures, render, run_meta, uvloop, write_json,
 )
 from chart import Bar, Panel, draw
 
@@ -1148,7 +1148,9 @@ def client_threads(spec: dict[str, Any], frames: Frames) -> Window:
 
 # ------------------------------------------------------------------ workers
 def worker_main(role: str, conn: Connection) -> None:
-    """A server or client process: do what the parent sends until it sends None."""
+    """A server or client process: do what the parent sends until it sends
+    None (or ends: killed, the parent leaves it nothing to serve)."""
+    die_with_parent()
     frames_cache: dict[tuple[int, int], Frames] = {}
     while True:
         try:
