@@ -282,7 +282,7 @@ aior_core_schedule_flush(AiorCore *self, PyObject *const *args, Py_ssize_t nargs
 
 /* ------------------------------------------------------------- the flush */
 
-/* Whether policy's own flush must do (the rest of) it. */
+/* Whether policy's _flush_tail must do the rest of the flush. */
 static int
 uncommon(AiorCore *self)
 {
@@ -293,7 +293,7 @@ uncommon(AiorCore *self)
     if (self->waiting != NULL && self->waiting != Py_None) {
         Py_ssize_t n = PyObject_Length(self->waiting);
         if (n < 0)
-            PyErr_Clear();  /* (policy's flush meets the error itself) */
+            PyErr_Clear();  /* (policy's _flush_tail meets the error itself) */
         return n != 0;
     }
     return 0;
