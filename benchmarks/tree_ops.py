@@ -4,9 +4,10 @@
 Workloads (the data lives in benchmarks/.data/tree_ops, on the real disk):
 
 * copytree  a tree of 5,000 files of 4 KiB in 50 directories, copied whole
-            (copy2: data, times, permissions); the destination is removed,
-            untimed, after each run
-* rmtree    the same tree (a fresh copy made untimed before each run) removed
+            (copy2: data, times, permissions), each run into a destination
+            of its own, in block groups of its own on ext4; nothing is
+            removed between the copies of a run (see FS_TOPDIR_FL)
+* rmtree    once every copy is made, each variant removes the copies it made
 * copyfile  one file of 1 GiB copied (from the page cache to a new file); a
             probe task on the same loop sleeps 1 ms again and again, and how
             late it wakes up is its latency (the loop's responsiveness); on
@@ -37,7 +38,9 @@ aioring works, on the io_uring backend.
 from __future__ import annotations
 
 import argparse
+import array
 import asyncio
+import fcntl
 import json
 import os
 import resource
@@ -68,6 +71,18 @@ IDLE_PROBE = 1.0  # seconds the probe runs alone
 # made by a kernel worker on the other CPU mostly does not: 386-501 ms for
 # shutil against 1,054-1,225 ms for aioring in one run.)
 SETTLE = 3.0
+# ext4 without a journal (as this machine's root file system is) does not
+# reuse an inode for a minute after its deletion, or six while its inode
+# table block is dirty (as it is again once a new inode is written to it):
+# each inode it allocates skips every such inode of the group, with a buffer
+# cache lookup each (`recently_deleted`).  A copy made in the groups of a
+# tree removed minutes before spends most of its CPU there: under perf, 60%
+# of all samples, and the same code's copy took 737-1,939 ms against 198-278
+# ms elsewhere; which variant it hits depends on the order of the runs.  So
+# the copies are made where nothing was removed: their parent directory has
+# ext4's TOPDIR flag (chattr +T), which spreads each copy to block groups of
+# its own (the Orlov allocator), and nothing is removed between the copies.
+FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_TOPDIR_FL = 0x80086601, 0x40086602, 0x00020000
 WORKLOADS = ("copytree", "rmtree", "copyfile", "copyfileobj")
 CPUS = len(os.sched_getaffinity(0))
 
@@ -195,6 +210,37 @@ def warm(root: Path) -> None:
                     pass
 
 
+def top_directory(path: Path) -> bool:
+    """Give the directory `path` ext4's TOPDIR flag (chattr +T): its
+    subdirectories are spread over the block groups; False where the file
+    system has no such flag."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        flags = array.array("i", [0])
+        fcntl.ioctl(fd, FS_IOC_GETFLAGS, flags, True)
+        flags[0] |= FS_TOPDIR_FL
+        fcntl.ioctl(fd, FS_IOC_SETFLAGS, flags)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def unjournaled_ext4(path: Path) -> bool:
+    """Whether `path` is on ext4 mounted without a journal (no jbd2 entry
+    for its device under /proc/fs/jbd2)."""
+    dev = os.stat(path).st_dev
+    try:
+        name = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}").resolve().name
+        with open("/proc/self/mountinfo") as f:
+            ext4 = any(line.split()[2] == f"{os.major(dev)}:{os.minor(dev)}"
+                       and line.split(" - ")[1].split()[0] == "ext4" for line in f)
+    except (OSError, IndexError):
+        return False
+    return ext4 and not any(Path("/proc/fs/jbd2").glob(f"{name}-*"))
+
+
 def remove(path: Path) -> None:
     if path.is_dir():
         shutil.rmtree(path)
@@ -219,6 +265,8 @@ class Bench:
         self.data, self.opts, self.loops = data, opts, loops
         self.src, self.big, self.obj = data / "tree", data / "big.bin", data / "obj.bin"
         self.dst = data / "out"
+        self.copies = data / "copies"  # copytree's destinations, removed by rmtree's runs
+        self.settled = ""
         self.reporting = page_reporting()
         self.samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
@@ -268,9 +316,10 @@ class Bench:
             sample.update(probe_box[0].summary())
         self.samples.setdefault((workload, variant), []).append(sample)
 
-    def job(self, workload: str, variant: str) -> tuple[Callable[[], Any], bool]:
-        """What `variant` runs for `workload`, and whether it is a coroutine function."""
-        src, dst, big = str(self.src), str(self.dst), str(self.big)
+    def job(self, workload: str, variant: str, where: Path | None = None) -> tuple[Callable[[], Any], bool]:
+        """What `variant` runs for `workload` (copytree into, or rmtree of,
+        `where`), and whether it is a coroutine function."""
+        src, dst, big = str(self.src), str(where or self.dst), str(self.big)
         if workload == "copyfileobj":
             return self.copyfileobj(variant), variant != "shutil"
         if variant == "cp/rm":
@@ -282,17 +331,43 @@ class Bench:
         func = getattr(module, workload)
         return lambda: func(*args), variant != "shutil"
 
-    def one_round(self, turn: int) -> None:
-        """Every variant once; each round starts with the next one, so that none
-        always comes first (after the last round's deletions) or last."""
+    def order(self, turn: int) -> list[str]:
+        """Every variant, starting with the turn's: none always comes first or last."""
         names = self.variants()
-        order = names[turn % len(names):] + names[:turn % len(names)]
+        return names[turn % len(names):] + names[:turn % len(names)]
+
+    def fresh_copies(self) -> None:
+        """The parent of copytree's destinations, new, with ext4's TOPDIR flag
+        where the file system has it (see FS_TOPDIR_FL)."""
+        remove(self.copies)
+        self.copies.mkdir()
+        if top_directory(self.copies) and unjournaled_ext4(self.data):
+            self.settled = ("each copy was made in block groups of its own (TOPDIR): this file system "
+                            "(ext4 without a journal) skips the inodes removed in the last minutes, one "
+                            "lookup each, where earlier copies were removed")
+
+    def tree_rounds(self, rounds: int) -> None:
+        """copytree by every variant, `rounds` times, each into a new
+        destination with nothing removed in between; then rmtree by each
+        variant of the copies it made, in the same order."""
+        self.fresh_copies()
+        for turn in range(rounds):
+            log(f"copytree round {turn + 1}/{rounds}")
+            for variant in self.order(turn):
+                dst = self.copies / f"{turn}-{variant.replace('/', '-')}"
+                self.timed("copytree", variant, *self.job("copytree", variant, dst), self.loop_of(variant))
+        for turn in range(rounds):
+            log(f"rmtree round {turn + 1}/{rounds}")
+            for variant in self.order(turn):
+                dst = self.copies / f"{turn}-{variant.replace('/', '-')}"
+                self.timed("rmtree", variant, *self.job("rmtree", variant, dst), self.loop_of(variant))
+                assert not dst.exists()
+        remove(self.copies)
+
+    def one_round(self, turn: int) -> None:
+        """copyfile and copyfileobj by every variant once."""
+        order = self.order(turn)
         chosen = self.opts["workloads"]
-        for variant in order if {"copytree", "rmtree"} & set(chosen) else ():
-            remove(self.dst)
-            for workload in ("copytree", "rmtree"):  # the rmtree removes that copy
-                self.timed(workload, variant, *self.job(workload, variant), self.loop_of(variant))
-            assert not self.dst.exists()
         if "copyfile" in chosen:
             # The probe alone, on a loop with nothing else to do: the machine's own wake-up latency.
             self.timed("idle", "probe", lambda: asyncio.sleep(IDLE_PROBE), True)
@@ -533,7 +608,8 @@ def main() -> int:
     backend = aioring.backend()
     ensure_dir(args.data_dir.parent)
     args.data_dir.mkdir(exist_ok=True)
-    require_space(args.data_dir, 2 * opts["big"] + opts["objsize"] * 2 + 64 * MIB,
+    copies = opts["repeat"] * (len(loops) + 3) * opts["files"] * FILE_SIZE * 2
+    require_space(args.data_dir, 2 * opts["big"] + opts["objsize"] * 2 + copies + 64 * MIB,
                   f"not enough room in {args.data_dir} for the files")
     bench = Bench(args.data_dir, opts, loops)
     remove(bench.dst)
@@ -542,9 +618,12 @@ def main() -> int:
     make_file(bench.obj, opts["objsize"])
     warm(args.data_dir)
     meta = run_meta(backend, ["aioring", "aioshutil", "uvloop"])
-    for i in range(opts["repeat"]):
-        log(f"round {i + 1}/{opts['repeat']}")
-        bench.one_round(i)
+    if {"copytree", "rmtree"} & set(opts["workloads"]):
+        bench.tree_rounds(opts["repeat"])
+    if {"copyfile", "copyfileobj"} & set(opts["workloads"]):
+        for i in range(opts["repeat"]):
+            log(f"round {i + 1}/{opts['repeat']}")
+            bench.one_round(i)
     med = bench.medians()
     variants = bench.variants()
     print(machine_line(meta) + f" | aioring backend {backend} | {opts['repeat']} rounds, medians")
@@ -553,6 +632,8 @@ def main() -> int:
     print(probe_line(med, variants))
     print()
     lines = verdicts(med, loops, backend)
+    if bench.settled:
+        lines.insert(0, f"info  copytree: {bench.settled}")
     print("\n".join(lines))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
