@@ -5,6 +5,7 @@
 #include "channel.h"
 #include "fileops.h"
 #include "wholefile.h"
+#include "treecopy.h"
 #include "flush.h"
 
 #include <errno.h>
@@ -1326,7 +1327,7 @@ PyInit__core(void)
     if (m == NULL)
         return NULL;
     if (aior_channel_add_types(m) < 0 || aior_fileops_add(m) < 0 || aior_wholefile_add(m) < 0 ||
-        aior_flush_add_types(m) < 0) {
+        aior_treecopy_add(m) < 0 || aior_flush_add_types(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import shutil
 import stat
@@ -125,6 +126,163 @@ async def test_copytree_like_shutil(tree: str, disk_dir: str, symlinks: bool) ->
         assert _errors(async_err.value, got) == _errors(sync_err.value, want)
         assert len(async_err.value.args[0]) == 2
     assert _snapshot(got) == _snapshot(want)
+
+
+def _drop(path: str, start: int = 0) -> None:
+    """`path`'s pages from `start` on synced and dropped from the page cache
+    (what a read there would not find; a non-blocking one starts the
+    readahead that brings them back)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, start, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def _metadata(root: str) -> dict[str, tuple[Any, ...]]:
+    """Each file under root: content, mode, access and modification times,
+    extended attributes."""
+    out = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            st = os.stat(path)
+            with open(path, "rb") as f:
+                data = f.read()
+            xattrs = {key: os.getxattr(path, key) for key in os.listxattr(path)}
+            rel = os.path.relpath(path, root)
+            out[rel] = (data, stat.S_IMODE(st.st_mode), st.st_atime_ns, st.st_mtime_ns, xattrs)
+    return out
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+async def test_copytree_small_files_like_shutil(disk_dir: str, umask: int) -> None:
+    """Small cached files, which the core copies (_copy_small), beside ones
+    it leaves to the full steps (uncached, larger, with extended
+    attributes): contents, permission bits (set-id bits and what the umask
+    took included), times to the nanosecond and extended attributes as
+    shutil.copytree leaves them."""
+    src = os.path.join(disk_dir, "src")
+    os.makedirs(os.path.join(src, "d"))
+    files = {"empty": (b"", 0o644), "one": (b"1", 0o600), "page": (os.urandom(4096), 0o755),
+             "limit": (os.urandom(ashutil.SMALL_COPY), 0o2750),
+             "over": (os.urandom(ashutil.SMALL_COPY + 1), 0o640),
+             os.path.join("d", "setuid"): (b"#!", 0o4711),
+             os.path.join("d", "cold"): (os.urandom(9000), 0o604),
+             os.path.join("d", "xattr"): (b"with attributes", 0o664)}
+    for name, (data, mode) in files.items():
+        path = os.path.join(src, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        os.chmod(path, mode)
+
+    def stamp() -> None:  # (each copy reads the sources, which moves their access times)
+        for i, name in enumerate(files):
+            times = (1_500_000_000_123_456_789 + i, 1_600_000_000_987_654_321 - i)
+            os.utime(os.path.join(src, name), ns=times)
+
+    try:
+        os.setxattr(os.path.join(src, "d", "xattr"), "user.aioring", b"value")
+    except OSError:
+        pass  # (a file system without user attributes: a plain file)
+    _drop(os.path.join(src, "d", "cold"))
+    old = os.umask(umask)
+    try:
+        stamp()
+        want = shutil.copytree(src, os.path.join(disk_dir, "want"))
+        _drop(os.path.join(src, "d", "cold"))
+        stamp()
+        got = await ashutil.copytree(src, os.path.join(disk_dir, "got"))
+    finally:
+        os.umask(old)
+    copied = _metadata(got)
+    assert copied == _metadata(want)
+    assert copied[os.path.join("d", "setuid")][1] == 0o4711
+
+
+def test_copy_source_reads_a_small_cached_file(disk_dir: str) -> None:
+    """_core.copy_source: the fd (non-inheritable), the bytes and the stat
+    fields copy2 uses of a small cached regular file; None, with no fd left
+    open, for anything else."""
+    path = os.path.join(disk_dir, "f")
+    data = os.urandom(5000)
+    with open(path, "wb") as f:
+        f.write(data)
+    os.utime(path, ns=(1_234_567_890_123_456_789, 1_334_567_890_987_654_321))
+    fds = len(os.listdir("/proc/self/fd"))
+    before = os.stat(path)  # (its read moves the access time: the stat is from before it)
+    fd, got, mode, size, atime_ns, mtime_ns = ashutil._copy_source(os.fsencode(path), 5000)
+    try:
+        assert got == data and not os.get_inheritable(fd)
+        want = [before.st_mode, 5000, before.st_atime_ns, before.st_mtime_ns]
+        assert [mode, size, atime_ns, mtime_ns] == want
+        assert os.path.samestat(os.fstat(fd), before)
+    finally:
+        os.close(fd)
+    fifo = os.path.join(disk_dir, "fifo")
+    os.mkfifo(fifo)
+    empty = os.path.join(disk_dir, "empty")
+    open(empty, "wb").close()
+    fd, got, *_ = ashutil._copy_source(os.fsencode(empty), 0)
+    os.close(fd)
+    assert got == b""
+    for name, limit in ((path, 4999), (disk_dir, 1 << 20), (fifo, 1 << 20), (path + "-missing", 1 << 20),
+                        (path + "\0", 1 << 20)):
+        assert ashutil._copy_source(os.fsencode(name), limit) is None, name
+    for start in (4096, 0):  # (a read stops at the first page not cached: never part of the file)
+        _drop(path, start)
+        before = os.stat(path)
+        fd, got, *fields = ashutil._copy_source(os.fsencode(path), 5000)
+        os.close(fd)
+        assert got in (None, data)  # (data: its pages came back meanwhile, by readahead)
+        assert fields == [before.st_mode, 5000, before.st_atime_ns, before.st_mtime_ns]
+    assert len(os.listdir("/proc/self/fd")) == fds
+    with pytest.raises(TypeError):
+        ashutil._copy_source(path, 5000)  # type: ignore[arg-type]
+
+
+def test_copy_finish_sets_times_and_mode_then_closes(disk_dir: str) -> None:
+    """_core.copy_finish: copy2's times and mode set and both fds closed;
+    False with both open when the source has extended attributes; on an
+    error both closed and os's OSError raised."""
+    src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
+    with open(src, "wb") as f:
+        f.write(b"x")
+    src_fd = os.open(src, os.O_RDONLY)
+    dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o600)
+    assert ashutil._copy_finish(src_fd, dst_fd, 1_000_000_001, 2_000_000_002, 0o751, 2) is True
+    for fd in (src_fd, dst_fd):
+        with pytest.raises(OSError) as closed:
+            os.fstat(fd)
+        assert closed.value.errno == errno.EBADF
+    st = os.stat(dst)
+    assert (st.st_atime_ns, st.st_mtime_ns, stat.S_IMODE(st.st_mode)) == (1_000_000_001, 2_000_000_002, 0o751)
+    src_fd = os.open(src, os.O_RDONLY)
+    dst_fd = os.open(dst, os.O_WRONLY)
+    assert ashutil._copy_finish(src_fd, dst_fd, 5, 6, 0o640, 1) is True  # (copy: the mode alone)
+    st = os.stat(dst)
+    assert (st.st_mtime_ns, stat.S_IMODE(st.st_mode)) == (2_000_000_002, 0o640)
+    try:
+        os.setxattr(src, "user.aioring", b"v")
+    except OSError:
+        pass
+    else:
+        src_fd = os.open(src, os.O_RDONLY)
+        dst_fd = os.open(dst, os.O_WRONLY)
+        assert ashutil._copy_finish(src_fd, dst_fd, 5, 6, 0o600, 2) is False
+        assert stat.S_IMODE(os.fstat(dst_fd).st_mode) == 0o640  # (nothing done)
+        os.close(src_fd)
+        os.close(dst_fd)
+    src_fd = os.open(dst, os.O_RDONLY)
+    bad = os.open(dst, os.O_RDONLY)
+    os.close(bad)  # (a closed fd: each call on it fails)
+    with pytest.raises(OSError) as failed:
+        ashutil._copy_finish(src_fd, bad, 5, 6, 0o600, 1)
+    assert failed.value.errno == errno.EBADF and failed.value.filename is None  # (os.fstat's)
+    with pytest.raises(OSError) as closed:
+        os.fstat(src_fd)
+    assert closed.value.errno == errno.EBADF
 
 
 async def test_copytree_options_like_shutil(tree: str, disk_dir: str) -> None:

@@ -49,6 +49,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _ops, _pathops
+from .._core import copy_finish as _copy_finish
+from .._core import copy_source as _copy_source
 from . import _kernel
 from .._ringbase import Op
 from ..threadpool.binary import AsyncBufferedIOBase, AsyncBufferedReader, AsyncFileIO
@@ -74,6 +76,11 @@ COPY_BUFSIZE = 1 << 20
 # of 5 interleaved runs under the machine's other load: 128 or 512 in
 # flight no better than 256, 674 and 679 ms against 566.)
 COPY_TASKS = 32
+# A regular file up to this size, found by a directory walk (copytree's), is
+# opened, read and closed, and its metadata copied, by the core at once when
+# the page cache holds it (_copy_small): only its create and write wait.
+SMALL_COPY = 1 << 16
+_META = {"": 0, "mode": 1, "stat": 2}  # (_copyfile's meta, as copy_finish takes it)
 REMOVE_OPS = 256
 # Directories rmtree walks at once (each holds an fd while it is emptied).
 REMOVE_DIRS = 16
@@ -311,6 +318,8 @@ async def _copyfile(src: Any, dst: Any, follow_symlinks: bool = True, meta: str 
     the same order, one directory search instead of two, and no chmod."""
     sys.audit("shutil.copyfile", src, dst)
     if isinstance(src, os.DirEntry) and src.is_file(follow_symlinks=False):
+        if await _copy_small(src, dst, meta):
+            return dst
         st_src = None  # a regular file by its directory entry: no stat needed to know it is no pipe
     else:
         st_src = await _stat_or_none(src)
@@ -354,24 +363,77 @@ async def _fill(src_fd: int, dst_fd: int, st: os.stat_result, dst: Any, meta: st
     Cancelled, it removes `dst`: a partial copy is never left looking whole."""
     try:
         await _kernel.copy_data(src_fd, dst_fd, st.st_size)
-        if meta == "stat":
-            os.utime(dst_fd, ns=(st.st_atime_ns, st.st_mtime_ns))
-            _copy_xattrs(src_fd, dst_fd)
-        if meta:
-            mode = _stat.S_IMODE(st.st_mode)
-            if not created or _stat.S_IMODE(os.fstat(dst_fd).st_mode) != mode:  # (the umask took some)
-                os.chmod(dst_fd, mode)
+        _copy_meta(src_fd, dst_fd, st.st_mode, st.st_atime_ns, st.st_mtime_ns, meta, created)
     except asyncio.CancelledError:
-        os.close(dst_fd)
-        try:
-            os.unlink(dst)
-        except OSError:
-            pass
+        _abandon(dst_fd, dst)
         raise
     except BaseException:
         os.close(dst_fd)
         raise
     os.close(dst_fd)
+
+
+def _copy_meta(src_fd: int, dst_fd: int, st_mode: int, atime_ns: int, mtime_ns: int, meta: str,
+               created: bool) -> None:
+    """copystat's (meta "stat") or copymode's ("mode") part of a copy, on its fds."""
+    if meta == "stat":
+        os.utime(dst_fd, ns=(atime_ns, mtime_ns))
+        _copy_xattrs(src_fd, dst_fd)
+    if meta:
+        mode = _stat.S_IMODE(st_mode)
+        if not created or _stat.S_IMODE(os.fstat(dst_fd).st_mode) != mode:  # (the umask took some)
+            os.chmod(dst_fd, mode)
+
+
+def _abandon(dst_fd: int, dst: Any) -> None:
+    """A cancelled copy's destination closed and removed."""
+    os.close(dst_fd)
+    try:
+        os.unlink(dst)
+    except OSError:
+        pass
+
+
+async def _copy_small(src: os.DirEntry[Any], dst: Any, meta: str) -> bool:
+    """_copyfile of a regular file, by its directory entry, that is small
+    (SMALL_COPY): opened, read if the page cache holds it, and closed, and
+    its metadata copied, by the core at once (copy_source, copy_finish);
+    the new `dst` created (O_EXCL) and written through the ring.  False,
+    with nothing done, when the file is not such a file or `dst` exists:
+    _copyfile's own steps then make the copy, and raise its errors."""
+    source = _copy_source(os.fsencode(src.path), SMALL_COPY)
+    if source is None:
+        return False
+    src_fd, data, st_mode, st_size, atime_ns, mtime_ns = source
+    try:
+        dst_fd = await _open_dst(dst, _O_CREATE, _stat.S_IMODE(st_mode) & 0o777 if meta else 0o666)
+    except FileExistsError:
+        os.close(src_fd)
+        return False
+    except BaseException:
+        os.close(src_fd)
+        raise
+    try:
+        if data is None:  # (not all cached: the ring reads it)
+            await _kernel.copy_data(src_fd, dst_fd, st_size)
+        elif data:
+            await _kernel.write_all(dst_fd, data)
+        done = _copy_finish(src_fd, dst_fd, atime_ns, mtime_ns, _stat.S_IMODE(st_mode), _META[meta])
+    except asyncio.CancelledError:
+        _abandon(dst_fd, dst)
+        os.close(src_fd)
+        raise
+    except BaseException:
+        os.close(dst_fd)
+        os.close(src_fd)
+        raise
+    if not done:  # (extended attributes to copy: the steps _fill takes)
+        try:
+            _copy_meta(src_fd, dst_fd, st_mode, atime_ns, mtime_ns, meta, True)
+        finally:
+            os.close(dst_fd)
+            os.close(src_fd)
+    return True
 
 
 async def copyfile(src: Any, dst: Any, *, follow_symlinks: bool = True) -> Any:

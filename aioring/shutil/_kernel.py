@@ -348,6 +348,15 @@ async def _read_write(src_fd: int, offset: int, dst_fd: int, shift: int, size: i
             return offset - start
 
 
+async def write_all(fd: int, data: bytes) -> None:
+    """All of `data` written at the start of `fd` (through the ring), a
+    short write resumed where it ended."""
+    view = memoryview(data)
+    done = 0
+    while done < len(view):
+        done += await _write_at(fd, view[done:], done)
+
+
 async def _write_at(fd: int, data: memoryview, offset: int) -> int:
     """os.pwrite of `data` (a C-contiguous byte view) at `offset` (>= 0) of
     `fd` through the ring: _ops.write's, without the checks its callers'
