@@ -70,10 +70,18 @@ append(const char *src, PyObject *buf, Py_ssize_t n)
     return 0;
 }
 
+/* rx's core, or NULL when it has none (a ring without one). */
+static AiorCore *
+core_of(AiorRecv *rx)
+{
+    return rx->core != NULL && AiorCore_Check(rx->core) ? (AiorCore *)rx->core : NULL;
+}
+
 /* fut.set_result(None) if fut (not None) is not done; `owner`'s _waiter
-   (unless NULL) unset first. */
+   (unless NULL) unset first.  With core (not NULL), its callbacks go
+   straight to the loop's ready deque where they may (aior_set_result). */
 static int
-wake_future(PyObject *fut, PyObject *owner)
+wake_future(AiorCore *core, PyObject *fut, PyObject *owner)
 {
     if (fut == Py_None)
         return 0;
@@ -82,11 +90,7 @@ wake_future(PyObject *fut, PyObject *owner)
         return done < 0 ? -1 : 0;
     if (owner != NULL && PyObject_SetAttr(owner, str_waiter, Py_None) < 0)
         return -1;
-    PyObject *r = aior_call_method1(fut, str_set_result, Py_None);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    return 0;
+    return aior_set_result(core, fut, Py_None);
 }
 
 /* Wake the reader's waiter, if one waits and is not done, as asyncio's
@@ -98,7 +102,7 @@ wake(AiorRecv *rx)
     PyObject *waiter = PyObject_GetAttr(rx->reader, str_waiter);
     if (waiter == NULL)
         return -1;
-    int ret = wake_future(waiter, rx->reader);
+    int ret = wake_future(core_of(rx), waiter, rx->reader);
     Py_DECREF(waiter);
     return ret;
 }
@@ -328,7 +332,7 @@ end_into(AiorRecv *rx, int res)
     rx->into_waiter = NULL;
     if (waiter == NULL)
         return 0;
-    int ret = wake_future(waiter, NULL);
+    int ret = wake_future(core_of(rx), waiter, NULL);
     Py_DECREF(waiter);
     return ret;
 }
@@ -398,7 +402,7 @@ recv_receive_into(AiorRecv *rx, PyObject *const *args, Py_ssize_t nargs)
         /* All of it (or EOF) there and then: no receive, the waiter woken now. */
         aior_unpin(op);
         rx->into_res = (int)taken;
-        if (wake_future(args[3], NULL) < 0)
+        if (wake_future(core_of(rx), args[3], NULL) < 0)
             return NULL;
         Py_RETURN_TRUE;
     }
@@ -410,7 +414,7 @@ recv_receive_into(AiorRecv *rx, PyObject *const *args, Py_ssize_t nargs)
         if (taken > 0) {
             /* (the SQ stays full: what came at once is its outcome, short) */
             rx->into_res = (int)taken;
-            if (wake_future(args[3], NULL) < 0)
+            if (wake_future(core_of(rx), args[3], NULL) < 0)
                 return NULL;
             Py_RETURN_TRUE;
         }

@@ -487,16 +487,15 @@ finish_op(AiorCore *self, AiorOp *op, int res)
         PyObject *num = PyLong_FromLong(res);
         if (num == NULL)
             goto out;
-        r = aior_call_method1(fut, str_set_result, num);
+        int set = aior_set_result(self, fut, num);
         Py_DECREF(num);
-        if (r == NULL) {
+        if (set < 0) {
             if (PyErr_ExceptionMatches(self->invalid_state)) {
                 PyErr_Clear();
                 ret = 0; /* cancelled: the caller's settle() finishes it */
             }
             goto out;
         }
-        Py_DECREF(r);
     } else {
         int done = aior_future_done(fut);
         if (done < 0)
@@ -535,7 +534,7 @@ finish_op(AiorCore *self, AiorOp *op, int res)
                 Py_XDECREF(value);
                 Py_XDECREF(tb);
             } else {
-                r = aior_call_method1(fut, str_set_result, result);
+                r = aior_set_result(self, fut, result) < 0 ? NULL : Py_NewRef(Py_None);
                 Py_DECREF(result);
             }
             if (r == NULL)

@@ -8,7 +8,8 @@
 
 static PyObject *str_flush, *str_flush_tail, *str_submit_queued, *str_append,
     *str_call_soon, *str_is_closed, *str_debug, *str_call_exception_handler, *str_message,
-    *str_exception, *str_handle;
+    *str_exception, *str_handle, *str_callbacks, *str_remove_done_callback, *str_set_result;
+static PyTypeObject *future_type; /* asyncio's C Future (_asyncio.Future) */
 
 /* ---------------------------------------------------------- FlushHandle */
 
@@ -46,25 +47,22 @@ handle_repr(AiorFlushHandle *self)
     return PyUnicode_FromFormat("<aioring flush%s>", self->cancelled ? " cancelled" : "");
 }
 
-/* What asyncio.Handle._run does with an exception: SystemExit and
-   KeyboardInterrupt propagate, any other goes to the loop's handler. */
+/* What asyncio.Handle._run does with the exception set by a callback that
+   `handle` ran: SystemExit and KeyboardInterrupt propagate (NULL), any other
+   goes to the handler of core's loop (its result), or propagates when the
+   loop is gone. */
 static PyObject *
-handle_run(AiorFlushHandle *self, PyObject *unused)
+report(AiorCore *core, PyObject *handle)
 {
-    if (self->core == NULL)
-        Py_RETURN_NONE;
-    PyObject *r = aior_core_flush(self->core, NULL);
-    if (r != NULL)
-        return r;
     if (PyErr_ExceptionMatches(PyExc_SystemExit) || PyErr_ExceptionMatches(PyExc_KeyboardInterrupt))
         return NULL;
-    PyObject *type, *value, *tb;
+    PyObject *type, *value, *tb, *r;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
     if (tb != NULL)
         PyException_SetTraceback(value, tb);
     PyObject *loop = NULL, *context = NULL, *message = NULL;
-    if (PyWeakref_Check(self->core->loop_ref) && (loop = PyObject_CallNoArgs(self->core->loop_ref)) == NULL)
+    if (core != NULL && PyWeakref_Check(core->loop_ref) && (loop = PyObject_CallNoArgs(core->loop_ref)) == NULL)
         PyErr_Clear();
     if (loop == NULL || loop == Py_None) {
         /* (no loop to report to: the error is raised to whoever ran it) */
@@ -72,11 +70,10 @@ handle_run(AiorFlushHandle *self, PyObject *unused)
         PyErr_Restore(type, value, tb);
         return NULL;
     }
-    message = PyUnicode_FromFormat("Exception in callback %R", (PyObject *)self);
+    message = PyUnicode_FromFormat("Exception in callback %R", handle);
     context = PyDict_New();
     if (message == NULL || context == NULL || PyDict_SetItem(context, str_message, message) < 0 ||
-        PyDict_SetItem(context, str_exception, value) < 0 ||
-        PyDict_SetItem(context, str_handle, (PyObject *)self) < 0)
+        PyDict_SetItem(context, str_exception, value) < 0 || PyDict_SetItem(context, str_handle, handle) < 0)
         r = NULL;
     else
         r = PyObject_CallMethodOneArg(loop, str_call_exception_handler, context);
@@ -87,6 +84,15 @@ handle_run(AiorFlushHandle *self, PyObject *unused)
     Py_XDECREF(value);
     Py_XDECREF(tb);
     return r;
+}
+
+static PyObject *
+handle_run(AiorFlushHandle *self, PyObject *unused)
+{
+    if (self->core == NULL)
+        Py_RETURN_NONE;
+    PyObject *r = aior_core_flush(self->core, NULL);
+    return r != NULL ? r : report(self->core, (PyObject *)self);
 }
 
 static PyObject *
@@ -147,6 +153,122 @@ static PyTypeObject AiorFlushHandle_Type = {
     .tp_methods = handle_methods,
     .tp_members = handle_members,
     .tp_getset = handle_getset,
+};
+
+/* ------------------------------------------------------------ ReadyCall */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *callback; /* called as callback(arg) in context */
+    PyObject *arg;
+    PyObject *context;
+    AiorCore *core;     /* whose loop's handler hears of an exception */
+    char cancelled;
+} AiorReadyCall;
+
+static int
+call_traverse(AiorReadyCall *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->callback);
+    Py_VISIT(self->arg);
+    Py_VISIT(self->context);
+    Py_VISIT(self->core);
+    return 0;
+}
+
+static int
+call_clear(AiorReadyCall *self)
+{
+    Py_CLEAR(self->callback);
+    Py_CLEAR(self->arg);
+    Py_CLEAR(self->context);
+    Py_CLEAR(self->core);
+    return 0;
+}
+
+static void
+call_dealloc(AiorReadyCall *self)
+{
+    PyObject_GC_UnTrack(self);
+    call_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+call_repr(AiorReadyCall *self)
+{
+    if (self->callback == NULL)
+        return PyUnicode_FromString("<aioring call cleared>");
+    return PyUnicode_FromFormat("<aioring call %R(%R)%s>", self->callback, self->arg,
+                                self->cancelled ? " cancelled" : "");
+}
+
+static PyObject *
+call_run(AiorReadyCall *self, PyObject *unused)
+{
+    if (self->callback == NULL || self->cancelled)
+        Py_RETURN_NONE;
+    if (PyContext_Enter(self->context) < 0)
+        return NULL;
+    PyObject *r = PyObject_CallOneArg(self->callback, self->arg);
+    if (PyContext_Exit(self->context) < 0) {
+        Py_XDECREF(r);
+        return NULL;
+    }
+    return r != NULL ? r : report(self->core, (PyObject *)self);
+}
+
+static PyObject *
+call_cancel(AiorReadyCall *self, PyObject *unused)
+{
+    self->cancelled = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+call_is_cancelled(AiorReadyCall *self, PyObject *unused)
+{
+    return PyBool_FromLong(self->cancelled);
+}
+
+static PyObject *
+call_get_args(AiorReadyCall *self, void *unused)
+{
+    return self->arg == NULL ? PyTuple_New(0) : PyTuple_Pack(1, self->arg);
+}
+
+static PyMethodDef call_methods[] = {
+    {"_run", (PyCFunction)call_run, METH_NOARGS, "Run the callback in its context (the loop calls it)."},
+    {"cancel", (PyCFunction)call_cancel, METH_NOARGS, "The loop skips it from now on."},
+    {"cancelled", (PyCFunction)call_is_cancelled, METH_NOARGS, "Whether it was cancelled."},
+    {NULL},
+};
+
+static PyMemberDef call_members[] = {
+    {"_cancelled", T_BOOL, offsetof(AiorReadyCall, cancelled), READONLY, NULL},
+    {"_callback", T_OBJECT, offsetof(AiorReadyCall, callback), READONLY, NULL},
+    {"_context", T_OBJECT, offsetof(AiorReadyCall, context), READONLY, NULL},
+    {NULL},
+};
+
+static PyGetSetDef call_getset[] = {
+    {"_args", (getter)call_get_args, NULL, "(arg,)", NULL},
+    {NULL},
+};
+
+static PyTypeObject AiorReadyCall_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aioring._core.ReadyCall",
+    .tp_doc = "A future's done callback in an asyncio loop's ready queue (see flush.h).",
+    .tp_basicsize = sizeof(AiorReadyCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)call_traverse,
+    .tp_clear = (inquiry)call_clear,
+    .tp_dealloc = (destructor)call_dealloc,
+    .tp_repr = (reprfunc)call_repr,
+    .tp_methods = call_methods,
+    .tp_members = call_members,
+    .tp_getset = call_getset,
 };
 
 /* ------------------------------------------------------------ scheduling */
@@ -265,6 +387,86 @@ aior_schedule_flush(AiorCore *self, PyObject *loop)
     return 0;
 fail:
     Py_DECREF(loop);
+    return -1;
+}
+
+/* Whether fut's done callbacks may go straight to core's ready deque: an
+   asyncio C Future, not done, of a loop bound with its deque and not in
+   debug mode.  1, 0, or -1 with an exception set. */
+static int
+direct_ready(AiorCore *self, PyObject *fut)
+{
+    if (self->ready == NULL || self->ready == Py_None || future_type == NULL || Py_TYPE(fut) != future_type ||
+        !PyWeakref_Check(self->loop_ref))
+        return 0;
+    PyObject *loop = PyObject_CallNoArgs(self->loop_ref);
+    if (loop == NULL)
+        return -1;
+    if (loop == Py_None) {
+        Py_DECREF(loop);
+        return 0;
+    }
+    int debug = loop_debug(loop);
+    Py_DECREF(loop);
+    if (debug != 0)
+        return debug < 0 ? -1 : 0;
+    int done = aior_future_done(fut);
+    return done < 0 ? -1 : !done;
+}
+
+int
+aior_set_result(AiorCore *self, PyObject *fut, PyObject *value)
+{
+    PyObject *r, *callbacks = NULL;
+    int direct = self != NULL ? direct_ready(self, fut) : 0;
+
+    if (direct < 0)
+        return -1;
+    if (direct) {
+        callbacks = PyObject_GetAttr(fut, str_callbacks);
+        if (callbacks == NULL)
+            return -1;
+        if (!PyList_CheckExact(callbacks) || PyList_GET_SIZE(callbacks) == 0)
+            Py_CLEAR(callbacks); /* (none: set_result schedules nothing) */
+    }
+    Py_ssize_t n = callbacks != NULL ? PyList_GET_SIZE(callbacks) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *entry = PyList_GET_ITEM(callbacks, i);
+        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a future's callbacks are not (callback, context) pairs");
+            goto fail;
+        }
+        /* (none of them is run by set_result now: each goes to the deque below) */
+        r = PyObject_CallMethodOneArg(fut, str_remove_done_callback, PyTuple_GET_ITEM(entry, 0));
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+    }
+    r = PyObject_CallMethodOneArg(fut, str_set_result, value);
+    if (r == NULL)
+        goto fail;
+    Py_DECREF(r);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *entry = PyList_GET_ITEM(callbacks, i);
+        AiorReadyCall *call = PyObject_GC_New(AiorReadyCall, &AiorReadyCall_Type);
+        if (call == NULL)
+            goto fail;
+        call->callback = Py_NewRef(PyTuple_GET_ITEM(entry, 0));
+        call->arg = Py_NewRef(fut);
+        call->context = Py_NewRef(PyTuple_GET_ITEM(entry, 1));
+        call->core = (AiorCore *)Py_NewRef(self);
+        call->cancelled = 0;
+        PyObject_GC_Track(call);
+        r = PyObject_CallMethodOneArg(self->ready, str_append, (PyObject *)call);
+        Py_DECREF(call);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+    }
+    Py_XDECREF(callbacks);
+    return 0;
+fail:
+    Py_XDECREF(callbacks);
     return -1;
 }
 
@@ -462,8 +664,23 @@ aior_flush_add_types(PyObject *module)
     INTERN(str_message, "message");
     INTERN(str_exception, "exception");
     INTERN(str_handle, "handle");
+    INTERN(str_callbacks, "_callbacks");
+    INTERN(str_remove_done_callback, "remove_done_callback");
+    INTERN(str_set_result, "set_result");
 #undef INTERN
-    if (PyType_Ready(&AiorFlushHandle_Type) < 0)
+    PyObject *asyncio_c = PyImport_ImportModule("_asyncio");
+    if (asyncio_c != NULL) {
+        PyObject *type = PyObject_GetAttrString(asyncio_c, "Future");
+        Py_DECREF(asyncio_c);
+        if (type != NULL && PyType_Check(type))
+            future_type = (PyTypeObject *)type; /* (held for the life of the process) */
+        else
+            Py_XDECREF(type);
+    }
+    PyErr_Clear(); /* (no C Future: every future is resolved by its set_result) */
+    if (PyType_Ready(&AiorFlushHandle_Type) < 0 || PyType_Ready(&AiorReadyCall_Type) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(module, "ReadyCall", (PyObject *)&AiorReadyCall_Type) < 0)
         return -1;
     return PyModule_AddObjectRef(module, "FlushHandle", (PyObject *)&AiorFlushHandle_Type);
 }

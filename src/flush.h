@@ -65,7 +65,22 @@
  * aior_schedule_flush(core, loop) -> 0 | -1  schedule_flush, from C (loop
  *  NULL: the bound one).
  *
- * aior_flush_add_types(module) -> 0 | -1  Adds FlushHandle.
+ * aior_set_result(core, fut, value) -> 0 | -1  fut.set_result(value), with
+ *  fut's done callbacks appended to the ready deque of core's loop as
+ *  ReadyCall handles instead of through loop.call_soon (asyncio's Handle,
+ *  made and run in Python), when core is bound with a deque (see above),
+ *  the loop is not in debug mode and fut is an asyncio C Future not done
+ *  yet.  Each callback then runs as call_soon would run it: in its
+ *  context, in the order they were added, with its exception reported to
+ *  the loop's handler.  Otherwise (core NULL too) fut.set_result(value)
+ *  itself.  -1 with an exception set: set_result's (InvalidStateError for a
+ *  future that is done).
+ *
+ * ReadyCall  The handle of one such callback: what asyncio's _run_once
+ *  reads of a Handle (_cancelled, _run(), and _callback, _args for
+ *  reports), cancel() and cancelled().
+ *
+ * aior_flush_add_types(module) -> 0 | -1  Adds FlushHandle and ReadyCall.
  */
 #ifndef AIORING_FLUSH_H
 #define AIORING_FLUSH_H
@@ -76,6 +91,7 @@ PyObject *aior_core_bind(AiorCore *core, PyObject *const *args, Py_ssize_t nargs
 PyObject *aior_core_schedule_flush(AiorCore *core, PyObject *const *args, Py_ssize_t nargs);
 PyObject *aior_core_flush(AiorCore *core, PyObject *unused);
 int aior_schedule_flush(AiorCore *core, PyObject *loop);
+int aior_set_result(AiorCore *core, PyObject *fut, PyObject *value);
 int aior_flush_add_types(PyObject *module);
 
 #endif

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import errno
 import gc
 import os
@@ -745,3 +746,52 @@ def test_a_loop_that_changes_call_soon_gets_the_flush_through_it(debug, tmp_path
         finally:
             loop.close()
         assert [cb for cb in scheduled if getattr(cb, "__self__", None) is core], make
+
+
+@pytest.mark.parametrize("debug", [False, True])
+async def test_an_operations_done_callbacks_run_as_call_soon_runs_them(pipe, loop_errors, debug):
+    """The done callbacks of an operation's future, which the core puts in
+    asyncio's ready queue itself when it may (not in debug mode): each runs
+    once, after the result is set, in the order they were added and in its
+    own context; one that raises reaches the loop's exception handler, and
+    the others still run."""
+    loop = asyncio.get_running_loop()
+    was = loop.get_debug()
+    loop.set_debug(debug)
+    try:
+        ring = _loops.get_ring(loop)
+        var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="outside")
+        seen: list[tuple[str, str, int]] = []
+
+        def note(tag: str):  # type: ignore[no-untyped-def]
+            def callback(fut: asyncio.Future[int]) -> None:
+                seen.append((tag, var.get(), fut.result()))
+            return callback
+
+        def bad(fut: asyncio.Future[int]) -> None:
+            seen.append(("bad", var.get(), fut.result()))
+            raise ValueError("boom")
+
+        buf = bytearray(3)
+        op = ring.start(loop, None, (_binding.OP_READ, pipe[0], 0, 3, -1, 0), buf, None, writable=True)
+        assert op.future is not None and not op.future.done()  # (the pipe is empty)
+        for tag in ("a", "b"):
+            context = contextvars.copy_context()
+            context.run(var.set, tag)
+            op.future.add_done_callback(note(tag), context=context)
+        op.future.add_done_callback(bad)
+        op.future.add_done_callback(note("c"))
+        os.write(pipe[1], b"xyz")
+        assert await op.future == 3
+        await asyncio.sleep(0)
+        assert seen == [("a", "a", 3), ("b", "b", 3), ("bad", "outside", 3), ("c", "outside", 3)]
+        assert buf == b"xyz"
+        [context] = loop_errors
+        loop_errors.clear()
+        assert isinstance(context["exception"], ValueError)
+        assert context["message"].startswith("Exception in callback")
+        # (both backends' completions go through the core; uvloop gets call_soon)
+        direct = not debug and not isinstance(loop, uvloop.Loop)
+        assert (type(context["handle"]).__name__ == "ReadyCall") is direct
+    finally:
+        loop.set_debug(was)
