@@ -390,44 +390,38 @@ fail:
     return -1;
 }
 
-/* Whether fut's done callbacks may go straight to core's ready deque: an
-   asyncio C Future, not done, of a loop bound with its deque and not in
-   debug mode.  1, 0, or -1 with an exception set. */
+/* Whether core's loop is bound with its ready deque, alive and not in debug
+   mode: a future's callbacks may go straight to the deque.  1, 0, or -1
+   with an exception set. */
 static int
-direct_ready(AiorCore *self, PyObject *fut)
+direct_ready(AiorCore *self)
 {
-    if (self->ready == NULL || self->ready == Py_None || future_type == NULL || Py_TYPE(fut) != future_type ||
-        !PyWeakref_Check(self->loop_ref))
+    if (self->ready == NULL || self->ready == Py_None || !PyWeakref_Check(self->loop_ref))
         return 0;
     PyObject *loop = PyObject_CallNoArgs(self->loop_ref);
     if (loop == NULL)
         return -1;
-    if (loop == Py_None) {
-        Py_DECREF(loop);
-        return 0;
-    }
-    int debug = loop_debug(loop);
+    int debug = loop == Py_None ? 1 : loop_debug(loop);
     Py_DECREF(loop);
-    if (debug != 0)
-        return debug < 0 ? -1 : 0;
-    int done = aior_future_done(fut);
-    return done < 0 ? -1 : !done;
+    return debug < 0 ? -1 : !debug;
 }
 
 int
 aior_set_result(AiorCore *self, PyObject *fut, PyObject *value)
 {
     PyObject *r, *callbacks = NULL;
-    int direct = self != NULL ? direct_ready(self, fut) : 0;
 
-    if (direct < 0)
-        return -1;
-    if (direct) {
+    if (self != NULL && future_type != NULL && Py_TYPE(fut) == future_type) {
+        /* (a future that is done has none: set_result below raises) */
         callbacks = PyObject_GetAttr(fut, str_callbacks);
         if (callbacks == NULL)
             return -1;
-        if (!PyList_CheckExact(callbacks) || PyList_GET_SIZE(callbacks) == 0)
-            Py_CLEAR(callbacks); /* (none: set_result schedules nothing) */
+        int direct = PyList_CheckExact(callbacks) && PyList_GET_SIZE(callbacks) > 0 ? direct_ready(self) : 0;
+        if (direct <= 0) {
+            Py_CLEAR(callbacks);
+            if (direct < 0)
+                return -1;
+        }
     }
     Py_ssize_t n = callbacks != NULL ? PyList_GET_SIZE(callbacks) : 0;
     for (Py_ssize_t i = 0; i < n; i++) {
