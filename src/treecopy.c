@@ -93,8 +93,14 @@ copy_source(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
        read short of it).  Otherwise the fd and its stat are the caller's,
        who reads the file another way: this read may have moved its access
        time already. */
-    if (got != (ssize_t)st.st_size)
+    if (got != (ssize_t)st.st_size) {
         Py_SETREF(data, Py_NewRef(Py_None));
+        /* (the ring's reads of an O_NONBLOCK file answer EAGAIN instead of waiting) */
+        if (fcntl(fd, F_SETFL, O_RDONLY) < 0) {
+            close(fd);
+            Py_RETURN_NONE;
+        }
+    }
     PyObject *result = Py_BuildValue("(iNkLNN)", fd, data, (unsigned long)st.st_mode, (long long)st.st_size,
                                      nanoseconds(&st.st_atim), nanoseconds(&st.st_mtim));
     if (result == NULL)

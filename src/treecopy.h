@@ -11,13 +11,15 @@
  *  path for reading at once (openat2 with RESOLVE_CACHED and O_NONBLOCK:
  *  no path component read from the disk, never a wait for a FIFO's
  *  writer); for a regular file of at most size_max bytes, returns the new
- *  fd (non-inheritable, and the caller's to close; it stays O_NONBLOCK,
- *  which a regular file's reads ignore), the file's bytes and the fields
- *  of its fstat that copy2 uses.  The bytes come from a non-blocking
- *  preadv2 (RWF_NOWAIT), one byte longer than the file to see its end;
- *  data is None when the page cache did not hold them all or the size
- *  changed: the caller reads the file another way, with the stat taken
- *  before that try, which may have moved the access time.  None, with
+ *  fd (non-inheritable, and the caller's to close), the file's bytes and
+ *  the fields of its fstat that copy2 uses.  The bytes come from a
+ *  non-blocking preadv2 (RWF_NOWAIT), one byte longer than the file to see
+ *  its end; the fd then stays O_NONBLOCK (it is read no more).  data is
+ *  None when the page cache did not hold them all or the size changed:
+ *  the fd is made blocking (the ring's reads of an O_NONBLOCK file answer
+ *  EAGAIN instead of waiting), and the caller reads the file another way,
+ *  with the stat taken before that try, which may have moved the access
+ *  time.  None, with
  *  nothing left open, when the open cannot be done at once, the file is
  *  not a regular one or is larger, or on any error (the caller's own open
  *  says it again).  The GIL is released for the system calls, as os.open
