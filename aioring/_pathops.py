@@ -19,7 +19,7 @@ import functools
 import os
 import sys
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from . import _binding, _redelivery
 from ._ops import _INT_MAX, _INT_MIN, _yield_keeping, check_fd, check_int, check_size, opened, pace, result
@@ -63,14 +63,18 @@ def _dir_fd(dir_fd: int | None) -> int:
     return _AT_FDCWD if dir_fd is None else check_fd(dir_fd)
 
 
-async def _call(opcode: int, fallback: Callable[[], Any], prep: Any, args: tuple[Any, ...],
-                keep: Any = None, finish: Callable[[Op, int], Any] | None = None,
-                filename: Any = None, filename2: Any = None) -> Any:
+def _call(opcode: int, fallback: Callable[[], Any], prep: Any, args: tuple[Any, ...],
+          keep: Any = None, finish: Callable[[Op, int], Any] | None = None,
+          filename: Any = None, filename2: Any = None) -> Awaitable[Any]:
+    """What the caller awaits for `opcode`: the ring's operation, or
+    `fallback` in the loop's executor where the ring lacks the opcode.  (A
+    function, not a coroutine: no coroutine of its own between the caller
+    and the operation.)"""
     loop = asyncio.get_running_loop()
     ring = get_ring(loop)
     if not ring.supports(opcode):
-        return await loop.run_in_executor(None, fallback)
-    return await _on_ring(loop, ring, prep, args, keep, finish, filename, filename2)
+        return loop.run_in_executor(None, fallback)
+    return _on_ring(loop, ring, prep, args, keep, finish, filename, filename2)
 
 
 async def _on_ring(loop: asyncio.AbstractEventLoop, ring: RingBase, prep: Any, args: tuple[Any, ...],
