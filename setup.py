@@ -24,8 +24,9 @@ _WARNINGS = ["-Wall", "-Wextra", "-Wno-missing-field-initializers", "-Wno-unused
 setup(
     cffi_modules=["_build_cffi.py:ffibuilder"],
     ext_modules=[Extension("aioring._core", sources=["src/core.c", "src/channel.c", "src/fileops.c",
-                                                          "src/wholefile.c", "src/flush.c", "src/treecopy.c"],
+                                                          "src/wholefile.c", "src/flush.c", "src/treecopy.c",
+                                                          "src/newfile.c"],
                            depends=["src/core.h", "src/channel.h", "src/fileops.h", "src/wholefile.h",
-                                    "src/flush.h", "src/treecopy.h"],
+                                    "src/flush.h", "src/treecopy.h", "src/newfile.h"],
                            extra_compile_args=["-O2", *_WARNINGS], **extension_args())],
 )

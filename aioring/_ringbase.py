@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._binding import IoUring, os_error, release
-from ._core import Core, Op
+from ._core import Core, NewFile, Op
 from ._redelivery import deliver_owed, owed, redeliver_later
 
 __all__ = ["DEFAULT_ENTRIES", "Op", "RingBase", "os_error", "ready"]
@@ -199,7 +199,7 @@ class RingBase(abc.ABC):
 
     # ------------------------------------------------------------ submitting
     def start(self, loop: asyncio.AbstractEventLoop, prep: Callable[..., int] | None, args: tuple[Any, ...],
-              keep: Any, finish: Callable[[Op, int], Any] | None, poll_mask: int = 0,
+              keep: Any, finish: Callable[[Op, int], Any] | NewFile | None, poll_mask: int = 0,
               unbounded: bool = False, writable: bool = False) -> Op:
         """Queue one operation.
 
@@ -359,9 +359,8 @@ class RingBase(abc.ABC):
             if op.state != _WAITING:
                 continue  # dropped, or withdrawn
             fut = op.future
-            if fut is not None and fut.done():
-                self.withdraw(op)  # its caller was cancelled meanwhile: it never starts
-                continue
+            if fut is not None and fut.done() and self.withdraw(op):
+                continue  # its caller was cancelled meanwhile: it never starts
             if not self._prep(op):
                 waiting.appendleft(op)  # the SQ stays full: try again next iteration
                 self._schedule_flush()
@@ -442,7 +441,7 @@ class RingBase(abc.ABC):
         """
         if self.withdraw(op):
             raise exc  # the kernel never saw it
-        if op.state == _SUBMITTED:
+        if op.state != _DONE:  # (submitted; or a continued op waiting to start its next step)
             op.waiter = asyncio.get_running_loop().create_future()
             op.cancelled = True
             self._cancel(op.key)
@@ -500,7 +499,10 @@ class RingBase(abc.ABC):
         the same tag, whose CQE the table consumes as a cancel's).  True when
         withdrawn: `op` is then done with ECANCELED, nothing it holds was
         touched, and its memory is released.  False when the kernel has it
-        (or it is done): only an ASYNC_CANCEL can stop it then."""
+        (or it is done), or had an earlier step of it (op.continued, which
+        only its target undoes): only an ASYNC_CANCEL can stop it then."""
+        if op.continued:
+            return False
         state = op.state
         if state == _SUBMITTED:
             if not self._unsubmit(op.key):
@@ -572,6 +574,8 @@ class RingBase(abc.ABC):
         op.state = _DONE
         op.res = res if res < 0 else -errno.ECANCELED
         _release(op)
+        if type(op.finish) is NewFile:
+            op.finish.drop(res)  # (what its steps made, with this CQE's)
         _abort_waiters(op)
 
     def _drop_quiet_chain(self, op: Op) -> None:

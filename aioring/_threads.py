@@ -280,11 +280,12 @@ class ThreadRing(RingBase):
             raise
         finally:
             self._in_workers.clear()
+            came = dict(self._done)  # (results no harvest took: a created file's fd, say)
             self._done.clear()
             with self._wake_lock:  # (a worker reporting a result writes to it under the lock)
                 os.close(self._efd)
         for op in ops:
-            self._drop(op, _ECANCELED)
+            self._drop(op, came.get(op.key, _ECANCELED))
 
     def _forsake(self) -> None:
         # The parent's workers do not exist here; the duplicates are this process's.

@@ -6,6 +6,7 @@
 #include "fileops.h"
 #include "wholefile.h"
 #include "treecopy.h"
+#include "newfile.h"
 #include "flush.h"
 
 #include <errno.h>
@@ -110,6 +111,7 @@ static PyMemberDef op_members[] = {
     {"readied", T_BOOL, offsetof(AiorOp, readied), 0, NULL},
     {"unbounded", T_BOOL, offsetof(AiorOp, unbounded), 0, NULL},
     {"cancelled", T_BOOL, offsetof(AiorOp, cancelled), 0, NULL},
+    {"continued", T_BOOL, offsetof(AiorOp, continued), 0, NULL},
     {NULL},
 };
 
@@ -442,6 +444,12 @@ finish_op(AiorCore *self, AiorOp *op, int res)
     }
     op->state = AIOR_DONE;
     op->res = res;
+    if (AiorNewFile_Check(op->finish)) {
+        int step = aior_newfile_step(self, op, &res); /* (1: nothing left to do here) */
+        if (step != 0)
+            return step < 0 ? -1 : 0;
+        op->res = res;
+    }
     if (op->sink != Py_None) {
         aior_unpin(op); /* (the sink's memory is its own: see core.h) */
         if (AiorRecv_Check(op->sink)) {
@@ -1326,7 +1334,7 @@ PyInit__core(void)
     if (m == NULL)
         return NULL;
     if (aior_channel_add_types(m) < 0 || aior_fileops_add(m) < 0 || aior_wholefile_add(m) < 0 ||
-        aior_treecopy_add(m) < 0 || aior_flush_add_types(m) < 0) {
+        aior_treecopy_add(m) < 0 || aior_newfile_add(m) < 0 || aior_flush_add_types(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

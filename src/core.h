@@ -38,13 +38,17 @@
  *     address, and start and length 0, as for FSYNC).
  *   - a prep function of the binding, called as prep(ring, *args, key).
  *
- * A completion target is where a CQE's result goes.  Three kinds exist:
+ * A completion target is where a CQE's result goes.  Four kinds exist:
  *   - a sink: any callable taking the result (an int, negative for -errno);
  *     a stream's send queue is one.  Set as op.sink; called once per CQE.
  *   - a receiver (src/channel.h): a stream's receive target, set as op.sink
  *     too; the core appends the received bytes to the reader's buffer,
  *     wakes the reader and re-arms the receive in C, calling policy only
  *     for EOF, errors, closing and pause.
+ *   - a step target (src/treecopy.h's NewFile), set as op.finish of an op
+ *     with a future: an operation of several requests, each started by the
+ *     core at the CQE of the one before (op.continued); the last one's
+ *     result goes to the future as below.
  *   - a future: any object with done(), set_result(x) and set_exception(e)
  *     (asyncio.Future is one; nothing here assumes asyncio).  Set as
  *     op.future; it gets finish(op, res), or res when finish is None, or the
@@ -88,6 +92,9 @@ typedef struct {
     char readied;      /* (threads backend) it waited for readiness */
     char unbounded;    /* may wait for a peer indefinitely: no backpressure */
     char cancelled;    /* its cancellation was asked for */
+    char continued;    /* its target started it again for a later step of
+                          the same operation (see NewFile, treecopy.h):
+                          never withdrawn */
     char pinned;       /* view holds a buffer for the kernel */
     Py_buffer view;    /* the pin (see Op.pin) */
 } AiorOp;

@@ -1,6 +1,8 @@
 /* aioring._core's steps of a small file's copy that need no waiting (see treecopy.h). */
 #define PY_SSIZE_T_CLEAN
 #include "treecopy.h"
+#include "flush.h"
+#include "newfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +14,7 @@
 #include <sys/uio.h>
 #include <sys/xattr.h>
 #include <unistd.h>
+#include <structmember.h>
 
 #ifndef RWF_NOWAIT
 #define RWF_NOWAIT 0x00000008
@@ -55,13 +58,36 @@ open_cached(const char *path, long long size_max, struct stat *st)
     return fd;
 }
 
+/* The `size` bytes of fd, read from its start at once: a new bytes object
+   when the page cache held them all and the file ends there, Py_None (a new
+   reference) when not, NULL with an exception set.  The read is one byte
+   longer than the file: one that returns the file's size found its end
+   (a page missing stops it short of that page).  The GIL is released for
+   it, as os.preadv releases it. */
+static PyObject *
+read_whole_cached(int fd, Py_ssize_t size)
+{
+    ssize_t got;
+    char spare;
+
+    /* Not zeroed: only what the kernel filled leaves here. */
+    PyObject *data = PyBytes_FromStringAndSize(NULL, size);
+    if (data == NULL)
+        return NULL;
+    struct iovec iov[2] = {{PyBytes_AS_STRING(data), (size_t)size}, {&spare, 1}};
+    Py_BEGIN_ALLOW_THREADS
+    got = preadv2(fd, iov, 2, 0, RWF_NOWAIT);
+    Py_END_ALLOW_THREADS
+    if (got != (ssize_t)size)
+        Py_SETREF(data, Py_NewRef(Py_None));
+    return data;
+}
+
 static PyObject *
 copy_source(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     struct stat st;
     int fd, overflow;
-    ssize_t got;
-    char spare;
 
     if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
         PyErr_SetString(PyExc_TypeError, "copy_source() takes a bytes path and an int");
@@ -80,26 +106,16 @@ copy_source(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_END_ALLOW_THREADS
     if (fd < 0)
         Py_RETURN_NONE;
-    /* Not zeroed: only what the kernel filled leaves here. */
-    PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)st.st_size);
+    PyObject *data = read_whole_cached(fd, (Py_ssize_t)st.st_size);
     if (data == NULL)
         goto fail;
-    struct iovec iov[2] = {{PyBytes_AS_STRING(data), (size_t)st.st_size}, {&spare, 1}};
-    Py_BEGIN_ALLOW_THREADS
-    got = preadv2(fd, iov, 2, 0, RWF_NOWAIT);
-    Py_END_ALLOW_THREADS
-    /* A read one byte longer than the file that returns the file's size
-       found its end: every page of it was cached (a missing one stops the
-       read short of it).  Otherwise the fd and its stat are the caller's,
-       who reads the file another way: this read may have moved its access
-       time already. */
-    if (got != (ssize_t)st.st_size) {
-        Py_SETREF(data, Py_NewRef(Py_None));
+    /* Not all read: the fd and its stat are the caller's, who reads the file
+       another way (this read may have moved its access time already). */
+    if (data == Py_None && fcntl(fd, F_SETFL, O_RDONLY) < 0) {
         /* (the ring's reads of an O_NONBLOCK file answer EAGAIN instead of waiting) */
-        if (fcntl(fd, F_SETFL, O_RDONLY) < 0) {
-            close(fd);
-            Py_RETURN_NONE;
-        }
+        Py_DECREF(data);
+        close(fd);
+        Py_RETURN_NONE;
     }
     PyObject *result = Py_BuildValue("(iNkLNN)", fd, data, (unsigned long)st.st_mode, (long long)st.st_size,
                                      nanoseconds(&st.st_atim), nanoseconds(&st.st_mtim));
@@ -138,13 +154,49 @@ has_xattrs(int fd)
     return errno != ENOTSUP && errno != ENODATA && errno != EINVAL;
 }
 
+/* Nanoseconds as a struct timespec, its tv_nsec in [0, 1e9). */
+static void
+timespec_of(long long ns, struct timespec *ts)
+{
+    ts->tv_sec = ns / 1000000000LL, ts->tv_nsec = ns % 1000000000LL;
+    if (ts->tv_nsec < 0)
+        ts->tv_sec -= 1, ts->tv_nsec += 1000000000LL;
+}
+
+/* The end of a copy whose data is written (see copy_finish), with the GIL
+   released: 1 when src_fd has extended attributes to copy (meta 2 and
+   check_xattrs; nothing done, both fds open), else 0 with both fds closed
+   and *err the first errno met (0: none; *chmod_failed when fchmod's). */
+static int
+finish_fds(int src_fd, int dst_fd, const struct timespec times[2], int mode, int meta, int check_xattrs,
+           int *err, int *chmod_failed)
+{
+    struct stat st;
+
+    *err = 0, *chmod_failed = 0;
+    if (meta == 2 && check_xattrs && has_xattrs(src_fd))
+        return 1;
+    if (meta == 2 && futimens(dst_fd, times) < 0) {
+        *err = errno;
+    } else if (meta >= 1) {
+        if (fstat(dst_fd, &st) < 0)
+            *err = errno;
+        else if ((int)(st.st_mode & 07777) != mode && fchmod(dst_fd, (mode_t)mode) < 0)
+            *err = errno, *chmod_failed = 1;
+    }
+    if (close(dst_fd) < 0 && !*err)
+        *err = errno;
+    if (close(src_fd) < 0 && !*err)
+        *err = errno;
+    return 0;
+}
+
 static PyObject *
 copy_finish(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    int src_fd, dst_fd, meta, mode, err = 0, r = 0, chmod_failed = 0;
+    int src_fd, dst_fd, meta, mode, err, chmod_failed, r;
     long long atime, mtime;
     struct timespec times[2];
-    struct stat st;
 
     if (nargs != 6) {
         PyErr_Format(PyExc_TypeError, "copy_finish() takes exactly 6 arguments (%zd given)", nargs);
@@ -159,32 +211,13 @@ copy_finish(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     mtime = PyLong_AsLongLong(args[3]);
     if (mtime == -1 && PyErr_Occurred())
         return NULL;
-    times[0].tv_sec = atime / 1000000000LL, times[0].tv_nsec = atime % 1000000000LL;
-    times[1].tv_sec = mtime / 1000000000LL, times[1].tv_nsec = mtime % 1000000000LL;
-    if (times[0].tv_nsec < 0)
-        times[0].tv_sec -= 1, times[0].tv_nsec += 1000000000LL;
-    if (times[1].tv_nsec < 0)
-        times[1].tv_sec -= 1, times[1].tv_nsec += 1000000000LL;
+    timespec_of(atime, &times[0]);
+    timespec_of(mtime, &times[1]);
     Py_BEGIN_ALLOW_THREADS
-    if (meta == 2 && has_xattrs(src_fd)) {
-        r = 1;
-    } else if (meta == 2 && futimens(dst_fd, times) < 0) {
-        err = errno;
-    } else if (meta >= 1) {
-        if (fstat(dst_fd, &st) < 0)
-            err = errno;
-        else if ((int)(st.st_mode & 07777) != mode && fchmod(dst_fd, (mode_t)mode) < 0)
-            err = errno, chmod_failed = 1;
-    }
+    r = finish_fds(src_fd, dst_fd, times, mode, meta, 1, &err, &chmod_failed);
     Py_END_ALLOW_THREADS
     if (r == 1)
         Py_RETURN_FALSE; /* (the caller's steps, with both fds) */
-    Py_BEGIN_ALLOW_THREADS
-    if (close(dst_fd) < 0 && !err)
-        err = errno;
-    if (close(src_fd) < 0 && !err)
-        err = errno;
-    Py_END_ALLOW_THREADS
     if (err) {
         errno = err;
         /* (os.chmod names the fd in its OSError; os.utime, os.fstat and os.close do not) */
@@ -193,6 +226,428 @@ copy_finish(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_RETURN_TRUE;
 }
+
+/* ----------------------------------------------------------- CopyQueue */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *core;     /* the Core whose ops copy the files */
+    PyObject *prep;     /* the binding's prep function of an OPENAT */
+    PyObject *hand_back;/* hand_back(job): a job for the caller's own steps */
+    PyObject *rows;     /* a list of iterators, one over each row of jobs */
+    PyObject *waiter;   /* the future close() gave (NULL: none) */
+    Py_ssize_t turn;    /* the row whose job is next */
+    Py_ssize_t in_flight, limit;
+    long long size_max;
+    long long copied, handed_back;
+    int meta;
+    char closed, cancelled;
+    char dropped;       /* a copy's op ended unfinished (its ring closed) */
+} AiorCopyQueue;
+
+static PyTypeObject AiorCopyQueue_Type;
+
+/* A job for the caller's own steps (audited: its audit event raised
+   already; atime: the source's access time before a read of it was tried,
+   or None): 0, or -1 with an exception set. */
+static int
+hand_back(AiorCopyQueue *q, PyObject *job, int audited, PyObject *atime)
+{
+    q->handed_back++;
+    PyObject *r = PyObject_CallFunctionObjArgs(q->hand_back, job, audited ? Py_True : Py_False, atime, NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* The waiter resolved once the queue is closed and nothing is in flight or
+   queued (or, cancelled, nothing in flight); cancelled instead when a copy
+   was dropped unfinished, as an op's future is when its ring closes.  0,
+   or -1 with an exception. */
+static int
+check_drained(AiorCopyQueue *q)
+{
+    if (!q->closed || q->waiter == NULL || q->in_flight > 0 ||
+        (!q->cancelled && PyList_GET_SIZE(q->rows) > 0))
+        return 0;
+    PyObject *waiter = q->waiter;
+    q->waiter = NULL;
+    int done = aior_future_done(waiter), ret = 0;
+    if (done == 0 && q->dropped) {
+        PyObject *r = PyObject_CallMethod(waiter, "cancel", NULL);
+        ret = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    } else if (done == 0) {
+        ret = aior_set_result((AiorCore *)q->core, waiter, Py_None);
+    } else if (done < 0) {
+        ret = -1;
+    }
+    Py_DECREF(waiter);
+    return ret;
+}
+
+/* Start op (an OPENAT, its finish a NewFile): into the SQ when the core
+   would take it now (as Ring._launch, without its eager submit), else into
+   policy's waiting ops; the iteration's flush submits it.  0, or -1. */
+static int
+launch(AiorCore *core, AiorOp *op)
+{
+    unsigned long long key;
+
+    if (core->ring != NULL && core->waiting != NULL && core->waiting != Py_None) {
+        Py_ssize_t held = PyObject_Length(core->waiting);
+        if (held < 0)
+            return -1;
+        if (held == 0 && PyDict_GET_SIZE(core->ops) - core->unbounded < core->limit) {
+            int ret = aior_start(core, op, 0, &key);
+            if (ret < 0)
+                return -1;
+            if (ret == 1)
+                return aior_schedule_flush(core, NULL);
+        }
+    }
+    op->state = AIOR_WAITING;
+    PyObject *r = PyObject_CallMethod(core->waiting, "append", "O", (PyObject *)op);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return aior_schedule_flush(core, NULL);
+}
+
+static int file_end(AiorNewFile *nf, AiorCore *core, AiorOp *op, int res);
+static void file_drop(AiorNewFile *nf);
+
+/* One job: (slot, source as given, destination name, source name), the
+   names str or bytes.  Its source opened and read at once, and its copy's
+   op started (1); or handed back (0); -1 with an exception set. */
+static int
+start_copy(AiorCopyQueue *q, PyObject *job)
+{
+    PyObject *src_b = NULL, *dst_b = NULL, *data = NULL, *context = NULL;
+    AiorNewFile *nf = NULL;
+    AiorOp *op = NULL;
+    struct stat st;
+    int fd = -1, ret = -1;
+
+    if (!PyTuple_Check(job) || PyTuple_GET_SIZE(job) < 4) {
+        PyErr_SetString(PyExc_TypeError, "a CopyQueue job is (slot, source, destination, source name)");
+        return -1;
+    }
+    /* (shutil.copyfile's audit event; an error of it is raised by the caller's steps) */
+    if (PySys_Audit("shutil.copyfile", "OO", PyTuple_GET_ITEM(job, 1), PyTuple_GET_ITEM(job, 2)) < 0) {
+        PyErr_Clear();
+        return hand_back(q, job, 0, Py_None);
+    }
+    if (!PyUnicode_FSConverter(PyTuple_GET_ITEM(job, 3), &src_b) ||
+        !PyUnicode_FSConverter(PyTuple_GET_ITEM(job, 2), &dst_b)) {
+        PyErr_Clear();
+        goto back;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    fd = open_cached(PyBytes_AS_STRING(src_b), q->size_max, &st);
+    if (fd >= 0 && q->meta == 2 && has_xattrs(fd)) {
+        close(fd);
+        fd = -1;
+    }
+    Py_END_ALLOW_THREADS
+    if (fd < 0)
+        goto back;
+    data = read_whole_cached(fd, (Py_ssize_t)st.st_size);
+    if (data == NULL)
+        goto out;
+    if (data == Py_None) {
+        /* (the try may have moved the access time: the caller copies this one) */
+        PyObject *atime = nanoseconds(&st.st_atim);
+        ret = atime == NULL ? -1 : hand_back(q, job, 1, atime);
+        Py_XDECREF(atime);
+        goto out;
+    }
+    nf = aior_newfile_make(dst_b, data);
+    if (nf == NULL)
+        goto out;
+    long long atime = (long long)st.st_atim.tv_sec * 1000000000LL + st.st_atim.tv_nsec;
+    long long mtime = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    context = Py_BuildValue("(OiLLi)", job, fd, atime, mtime, (int)(st.st_mode & 07777));
+    if (context == NULL)
+        goto out;
+    op = (AiorOp *)AiorOp_Type.tp_alloc(&AiorOp_Type, 0);
+    if (op == NULL)
+        goto out;
+    op->future = Py_NewRef(Py_None);
+    op->prep = Py_NewRef(q->prep);
+    op->args = Py_BuildValue("(iOii)", AT_FDCWD, dst_b, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                             q->meta ? (int)(st.st_mode & 0777) : 0666);
+    op->keep = Py_NewRef(Py_None);
+    op->finish = Py_NewRef((PyObject *)nf);
+    op->waiter = Py_NewRef(Py_None);
+    op->sink = Py_NewRef(Py_None);
+    if (op->args == NULL)
+        goto out;
+    /* From here the file's op owns fd (through its NewFile's context). */
+    nf->owner = Py_NewRef((PyObject *)q);
+    nf->context = context;
+    context = NULL;
+    nf->on_end = file_end;
+    nf->on_drop = file_drop;
+    fd = -1;
+    q->in_flight++;
+    if (launch((AiorCore *)q->core, op) < 0) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyObject *r = PyObject_CallMethod((PyObject *)nf, "drop", "i", -ECANCELED);
+        Py_XDECREF(r);
+        PyErr_Restore(type, value, tb);
+        goto out;
+    }
+    ret = 1;
+    goto out;
+back:
+    ret = hand_back(q, job, 1, Py_None);
+out:
+    if (fd >= 0)
+        close(fd);
+    Py_XDECREF(op);
+    Py_XDECREF((PyObject *)nf);
+    Py_XDECREF(context);
+    Py_XDECREF(data);
+    Py_XDECREF(src_b);
+    Py_XDECREF(dst_b);
+    return ret;
+}
+
+/* Start jobs, in turn from each row, while fewer than `limit` are in
+   flight.  0, or -1 with an exception set. */
+static int
+fill(AiorCopyQueue *q)
+{
+    while (!q->cancelled && q->in_flight < q->limit && PyList_GET_SIZE(q->rows) > 0) {
+        if (q->turn >= PyList_GET_SIZE(q->rows))
+            q->turn = 0;
+        PyObject *job = PyIter_Next(PyList_GET_ITEM(q->rows, q->turn));
+        if (job == NULL) {
+            if (PyErr_Occurred() || PySequence_DelItem(q->rows, q->turn) < 0)
+                return -1;
+            continue;
+        }
+        q->turn++;
+        int ret = start_copy(q, job);
+        Py_DECREF(job);
+        if (ret < 0)
+            return -1;
+    }
+    return check_drained(q);
+}
+
+/* A file's context: (job, src_fd, atime_ns, mtime_ns, mode). */
+static int
+context_fd(AiorNewFile *nf)
+{
+    return (int)PyLong_AsLong(PyTuple_GET_ITEM(nf->context, 1));
+}
+
+/* NewFile's on_end: the copy's data is written (res, the new fd) or it
+   failed (res < 0, nothing of it open but the source).  Its metadata set
+   and both fds closed, or the job handed back: the caller's steps copy it
+   again, and raise what they meet.  Then the next jobs. */
+static int
+file_end(AiorNewFile *nf, AiorCore *core, AiorOp *op, int res)
+{
+    AiorCopyQueue *q = (AiorCopyQueue *)nf->owner;
+    PyObject *context = nf->context;
+    struct timespec times[2];
+    int src_fd = context_fd(nf), err = 0, chmod_failed = 0, mode;
+
+    nf->context = NULL; /* (its source fd closed below: drop() has nothing left) */
+    mode = (int)PyLong_AsLong(PyTuple_GET_ITEM(context, 4));
+    timespec_of(PyLong_AsLongLong(PyTuple_GET_ITEM(context, 2)), &times[0]);
+    timespec_of(PyLong_AsLongLong(PyTuple_GET_ITEM(context, 3)), &times[1]);
+    q->in_flight--;
+    Py_BEGIN_ALLOW_THREADS
+    if (res >= 0)
+        finish_fds(src_fd, res, times, mode, q->meta, 0, &err, &chmod_failed);
+    else
+        close(src_fd);
+    Py_END_ALLOW_THREADS
+    int ret = 0;
+    if (res >= 0 && !err)
+        q->copied++;
+    else
+        ret = hand_back(q, PyTuple_GET_ITEM(context, 0), 1, Py_None);
+    Py_DECREF(context);
+    if (ret == 0)
+        ret = fill(q);
+    return ret;
+}
+
+/* NewFile's on_drop: the file's op ends without its CQE (the ring closes):
+   its source closed, and no more jobs start. */
+static void
+file_drop(AiorNewFile *nf)
+{
+    AiorCopyQueue *q = (AiorCopyQueue *)nf->owner;
+    PyObject *context = nf->context;
+
+    if (context == NULL)
+        return;
+    close(context_fd(nf));
+    nf->context = NULL;
+    Py_DECREF(context);
+    q->in_flight--;
+    q->cancelled = 1;
+    q->dropped = 1;
+    if (check_drained(q) < 0)
+        PyErr_WriteUnraisable((PyObject *)q);
+}
+
+static PyObject *
+queue_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *core, *prep, *hand_back_fn;
+    int meta;
+    long long size_max;
+    Py_ssize_t limit;
+
+    if (kwds != NULL && PyDict_GET_SIZE(kwds) != 0) {
+        PyErr_SetString(PyExc_TypeError, "CopyQueue() takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!OiLnO:CopyQueue", &AiorCore_Type, &core, &prep, &meta, &size_max, &limit,
+                          &hand_back_fn))
+        return NULL;
+    if (meta < 0 || meta > 2 || limit < 1) {
+        PyErr_SetString(PyExc_ValueError, "CopyQueue(): meta is 0, 1 or 2 and limit at least 1");
+        return NULL;
+    }
+    AiorCopyQueue *self = (AiorCopyQueue *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->rows = PyList_New(0);
+    if (self->rows == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->core = Py_NewRef(core);
+    self->prep = Py_NewRef(prep);
+    self->hand_back = Py_NewRef(hand_back_fn);
+    self->meta = meta;
+    self->size_max = size_max > INT_MAX ? INT_MAX : size_max;
+    self->limit = limit;
+    return (PyObject *)self;
+}
+
+static int
+queue_traverse(AiorCopyQueue *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->core);
+    Py_VISIT(self->prep);
+    Py_VISIT(self->hand_back);
+    Py_VISIT(self->rows);
+    Py_VISIT(self->waiter);
+    return 0;
+}
+
+static int
+queue_clear(AiorCopyQueue *self)
+{
+    Py_CLEAR(self->core);
+    Py_CLEAR(self->prep);
+    Py_CLEAR(self->hand_back);
+    Py_CLEAR(self->rows);
+    Py_CLEAR(self->waiter);
+    return 0;
+}
+
+static void
+queue_dealloc(AiorCopyQueue *self)
+{
+    PyObject_GC_UnTrack(self);
+    queue_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+check_open(AiorCopyQueue *self)
+{
+    if (self->rows == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "this CopyQueue was cleared");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+queue_add(AiorCopyQueue *self, PyObject *jobs)
+{
+    if (check_open(self) < 0)
+        return NULL;
+    if (self->closed || self->cancelled) {
+        PyErr_SetString(PyExc_RuntimeError, "this CopyQueue takes no more jobs");
+        return NULL;
+    }
+    PyObject *it = PyObject_GetIter(jobs);
+    if (it == NULL)
+        return NULL;
+    int ret = PyList_Append(self->rows, it);
+    Py_DECREF(it);
+    if (ret < 0 || fill(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+queue_close(AiorCopyQueue *self, PyObject *waiter)
+{
+    if (check_open(self) < 0)
+        return NULL;
+    self->closed = 1;
+    aior_set_field(&self->waiter, waiter);
+    if (check_drained(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+queue_cancel(AiorCopyQueue *self, PyObject *unused)
+{
+    if (check_open(self) < 0)
+        return NULL;
+    self->cancelled = 1;
+    if (PyList_SetSlice(self->rows, 0, PyList_GET_SIZE(self->rows), NULL) < 0 || check_drained(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef queue_methods[] = {
+    {"add", (PyCFunction)queue_add, METH_O, "add(jobs): a row of jobs, started in turn with the others."},
+    {"close", (PyCFunction)queue_close, METH_O,
+     "close(waiter): no more rows; waiter.set_result(None) once none is in flight or queued."},
+    {"cancel", (PyCFunction)queue_cancel, METH_NOARGS,
+     "cancel(): the queued jobs dropped; those in flight complete."},
+    {NULL},
+};
+
+static PyMemberDef queue_members[] = {
+    {"in_flight", T_PYSSIZET, offsetof(AiorCopyQueue, in_flight), READONLY, "copies started, not ended"},
+    {"copied", T_LONGLONG, offsetof(AiorCopyQueue, copied), READONLY, "copies made"},
+    {"handed_back", T_LONGLONG, offsetof(AiorCopyQueue, handed_back), READONLY, "jobs handed back"},
+    {NULL},
+};
+
+static PyTypeObject AiorCopyQueue_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aioring._core.CopyQueue",
+    .tp_basicsize = sizeof(AiorCopyQueue),
+    .tp_dealloc = (destructor)queue_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "CopyQueue(core, prep_openat, meta, size_max, limit, hand_back): the small files of a "
+              "tree copied by the core (see treecopy.h).",
+    .tp_traverse = (traverseproc)queue_traverse,
+    .tp_clear = (inquiry)queue_clear,
+    .tp_methods = queue_methods,
+    .tp_members = queue_members,
+    .tp_new = queue_new,
+};
 
 static PyMethodDef treecopy_methods[] = {
     {"copy_source", (PyCFunction)(void (*)(void))copy_source, METH_FASTCALL,
@@ -207,5 +662,8 @@ static PyMethodDef treecopy_methods[] = {
 int
 aior_treecopy_add(PyObject *module)
 {
+    if (PyType_Ready(&AiorCopyQueue_Type) < 0 ||
+        PyModule_AddObjectRef(module, "CopyQueue", (PyObject *)&AiorCopyQueue_Type) < 0)
+        return -1;
     return PyModule_AddFunctions(module, treecopy_methods);
 }

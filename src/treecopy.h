@@ -1,9 +1,8 @@
-/* aioring._core's steps of a small file's copy that need no waiting (see
- * core.h for the core's seam).  Policy stays in Python (aioring.shutil's
- * _copyfile): which files take this path, the destination's create and the
- * write of the data (on the ring: both may wait for the disk), the checks
- * and errors shutil gives, and everything that is not the common case.
- * These functions serve the common case and hand every other one back
+/* aioring._core's copies of small files (see core.h for the core's seam):
+ * the steps of one that need no waiting, and a tree's many copies made in
+ * the core.  Policy stays in Python (aioring.shutil): which files take this
+ * path, the checks and errors shutil gives, and everything that is not the
+ * common case.  These serve the common case and hand every other one back
  * untouched.
  *
  * copy_source(path, size_max) -> (fd, data, st_mode, st_size, st_atime_ns, st_mtime_ns) | None
@@ -37,7 +36,41 @@
  *  OSError raised is the one os.utime, os.fstat, os.chmod or os.close
  *  raises for the same call on the fd.
  *
- * aior_treecopy_add(module) -> 0 | -1  Adds the functions to module.
+ * CopyQueue(core, prep_openat, meta, size_max, limit, hand_back)
+ *  A tree's file copies as copy2 (meta 2), copy (1) or copyfile (0) make
+ *  them, each one op of `core` from the source's read to the copy's end,
+ *  with no Python between its steps.  prep_openat is the binding's prep
+ *  function of an OPENAT.  A job is a tuple (slot, source as given,
+ *  destination name, source name), the names str, bytes or path-like.
+ *  For each, in turn from each row, while fewer than `limit` are in flight:
+ *   - shutil.copyfile's audit event is raised;
+ *   - the source is opened, checked (a regular file of at most size_max
+ *     bytes, without extended attributes for meta 2), stat'ed and read at
+ *     once, as copy_source does;
+ *   - an op whose finish is a NewFile (newfile.h) creates the destination
+ *     (O_EXCL, with the source's permission bits for meta 1 and 2) and
+ *     writes the bytes; it starts as Ring.start would start it (or waits
+ *     among policy's held-back ops), and leaves with the iteration's flush;
+ *   - when it ended with the data written, the copy is finished as
+ *     copy_finish finishes it (times, mode, both fds closed).
+ *  Any other outcome hands the job back, once: hand_back(job, audited,
+ *  atime_ns), for the caller's own steps to copy it and raise what they
+ *  meet (audited: the event was raised; atime_ns: the source's access time
+ *  before this read of it, which may have moved it, or None).  A job that
+ *  ends neither way is one whose copy's op the ring dropped (it closed).
+ *  [add(jobs)]  A row of jobs (an iterable); its copies start now, as room
+ *   allows.  RuntimeError once closed or cancelled.
+ *  [close(waiter)]  No more rows: waiter.set_result(None) once nothing is
+ *   in flight or queued (at once if so); waiter.cancel() instead when a
+ *   copy's op was dropped unfinished.  Called again, the new waiter
+ *   replaces the old one.
+ *  [cancel()]  The queued jobs are dropped (neither copied nor handed
+ *   back); those in flight end as above.
+ *  [in_flight], [copied], [handed_back]  Copies started and not ended,
+ *   copies made, jobs handed back.
+ *
+ * aior_treecopy_add(module) -> 0 | -1  Adds the functions and CopyQueue to
+ *  module.
  */
 #ifndef AIORING_TREECOPY_H
 #define AIORING_TREECOPY_H

@@ -681,6 +681,20 @@ async def test_a_write_cancelled_before_the_flush_never_reaches_the_file(tmp_pat
         os.close(fd)
 
 
+async def test_an_op_its_target_continued_is_never_withdrawn():
+    """An op whose target started it again for a later step (op.continued:
+    a NewFile's write after its create) holds what the earlier step made:
+    withdraw() never takes it back, waiting or not, while it takes back an
+    op that is not continued."""
+    ring = _loops.get_ring(asyncio.get_running_loop())
+    for continued in (False, True):
+        op = _ring.Op(None, None, (_binding.OP_WRITE, -1, 0, 0, 0, 0), None, None, 0)
+        op.continued = continued
+        assert op.state == 0  # (waiting)
+        assert ring.withdraw(op) is not continued
+        assert op.state == (0 if continued else 2)
+
+
 async def test_an_error_in_the_flush_reaches_the_loops_handler_and_the_rest_still_run(loop_errors):
     """A callback deferred to the iteration's flush (ring.defer: a stream's
     sends of the iteration) that raises: the loop's exception handler gets

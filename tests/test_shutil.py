@@ -19,7 +19,7 @@ import pytest
 
 import aioring
 import aioring.shutil as ashutil
-from aioring import _pathops
+from aioring import _loops, _pathops
 from aioring._loops import get_ring
 from aioring.shutil import _kernel
 
@@ -157,13 +157,36 @@ def _metadata(root: str) -> dict[str, tuple[Any, ...]]:
     return out
 
 
+# The "shutil.copyfile" audit events raised while _audited is on.
+_audited: list[tuple[Any, ...]] = []
+_auditing = [False]
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _auditing[0] and event == "shutil.copyfile":
+        _audited.append(args)
+
+
+sys.addaudithook(_audit)
+
+
 @pytest.mark.parametrize("umask", [0o022, 0o077])
-async def test_copytree_small_files_like_shutil(disk_dir: str, umask: int) -> None:
-    """Small cached files, which the core copies (_copy_small), beside ones
-    it leaves to the full steps (uncached, larger, with extended
+async def test_copytree_small_files_like_shutil(
+        disk_dir: str, umask: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small cached files, which the core copies (a CopyQueue), beside ones
+    it hands back to the full steps (uncached, larger, with extended
     attributes): contents, permission bits (set-id bits and what the umask
     took included), times to the nanosecond and extended attributes as
-    shutil.copytree leaves them."""
+    shutil.copytree leaves them, and one audit event a file, as shutil
+    raises them."""
+    queues: list[Any] = []
+
+    def spy(*args: Any) -> Any:
+        queues.append(real(*args))
+        return queues[-1]
+
+    real = _kernel.copy_queue
+    monkeypatch.setattr(_kernel, "copy_queue", spy)
     src = os.path.join(disk_dir, "src")
     os.makedirs(os.path.join(src, "d"))
     files = {"empty": (b"", 0o644), "one": (b"1", 0o600), "page": (os.urandom(4096), 0o755),
@@ -185,21 +208,34 @@ async def test_copytree_small_files_like_shutil(disk_dir: str, umask: int) -> No
 
     try:
         os.setxattr(os.path.join(src, "d", "xattr"), "user.aioring", b"value")
+        attributes = True
     except OSError:
-        pass  # (a file system without user attributes: a plain file)
+        attributes = False  # (a file system without user attributes: a plain file)
     _drop(os.path.join(src, "d", "cold"))
     old = os.umask(umask)
     try:
         stamp()
+        _auditing[0] = True
         want = shutil.copytree(src, os.path.join(disk_dir, "want"))
+        want_events = sorted((os.fspath(a), b) for a, b in _audited)
+        _audited.clear()
         _drop(os.path.join(src, "d", "cold"))
         stamp()
         got = await ashutil.copytree(src, os.path.join(disk_dir, "got"))
+        got_events = sorted((os.fspath(a), b) for a, b in _audited)
     finally:
+        _auditing[0] = False
+        _audited.clear()
         os.umask(old)
     copied = _metadata(got)
     assert copied == _metadata(want)
     assert copied[os.path.join("d", "setuid")][1] == 0o4711
+    assert [(a, os.path.relpath(b, got)) for a, b in got_events] == [
+        (a, os.path.relpath(b, want)) for a, b in want_events]
+    (queue,) = queues
+    # (handed back: "over", "cold" and, with attributes, "xattr")
+    assert (queue.copied, queue.handed_back) == ((5, 3) if attributes else (6, 2))
+    assert queue.in_flight == 0
 
 
 def test_copy_source_reads_a_small_cached_file(disk_dir: str) -> None:
@@ -286,6 +322,115 @@ def test_copy_finish_sets_times_and_mode_then_closes(disk_dir: str) -> None:
     with pytest.raises(OSError) as closed:
         os.fstat(src_fd)
     assert closed.value.errno == errno.EBADF
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_create_with_makes_and_fills_a_new_file(disk_dir: str) -> None:
+    """_kernel.create_with: a new file created (its mode narrowed by the
+    umask, as os.open's) and the data written, in one operation; its fd the
+    caller's and non-inheritable.  The open's errors are os.open's, naming
+    the path, and leave no fd behind."""
+    await _pathops.stat(disk_dir)  # (the loop's ring made: its fds are not the copy's)
+    fds = _open_fds()
+    for size in (0, 1, 5000, 70_000):
+        path = os.path.join(disk_dir, f"new{size}")
+        data = os.urandom(size)
+        old = os.umask(0o027)
+        try:
+            fd = await _kernel.create_with(path, ashutil._O_CREATE, 0o666, data)
+        finally:
+            os.umask(old)
+        try:
+            assert not os.get_inheritable(fd)
+            assert stat.S_IMODE(os.fstat(fd).st_mode) == 0o640
+            assert os.fstat(fd).st_size == size
+        finally:
+            os.close(fd)
+        with open(path, "rb") as f:
+            assert f.read() == data
+    with pytest.raises(FileExistsError) as exists:
+        await _kernel.create_with(path, ashutil._O_CREATE, 0o666, b"again")
+    with pytest.raises(FileExistsError) as expected:
+        os.open(path, ashutil._O_CREATE, 0o666)
+    assert (exists.value.errno, exists.value.filename, str(exists.value)) == (
+        expected.value.errno, expected.value.filename, str(expected.value))
+    missing = os.path.join(disk_dir, "no", "such")
+    with pytest.raises(FileNotFoundError) as absent:
+        await _kernel.create_with(missing, ashutil._O_CREATE, 0o666, b"x")
+    assert absent.value.filename == missing
+    with pytest.raises(ValueError):
+        await _kernel.create_with(path + "\0x", ashutil._O_CREATE, 0o666, b"x")
+    assert os.path.getsize(path) == 70_000  # (untouched by the failed calls)
+    assert _open_fds() == fds
+
+
+async def test_create_with_a_failed_write_closes_the_fd(disk_dir: str) -> None:
+    """A write the kernel fails (EFBIG past RLIMIT_FSIZE) raises os.write's
+    OSError, with the fd closed and the file left as written, as a loop of
+    os.write leaves it."""
+    import resource
+    import signal
+
+    await _pathops.stat(disk_dir)
+    fds = _open_fds()
+    path = os.path.join(disk_dir, "big")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (3000, hard))
+    try:
+        with pytest.raises(OSError) as failed:
+            await _kernel.create_with(path, ashutil._O_CREATE, 0o600, b"y" * 5000)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old)
+    assert failed.value.errno == errno.EFBIG and failed.value.filename is None
+    with open(path, "rb") as f:
+        assert f.read() == b"y" * 3000
+    assert _open_fds() == fds
+
+
+async def test_create_with_cancelled_leaves_the_file_whole_or_gone(disk_dir: str) -> None:
+    """Cancelled at any point, create_with either returns the fd of the
+    whole file (the cancellation comes at the task's next await) or raises
+    CancelledError with no file and no fd left; nothing stays in the
+    ring's table."""
+    await _pathops.stat(disk_dir)
+    ring = get_ring(asyncio.get_running_loop())
+    fds = _open_fds()
+    data = os.urandom(20_000)
+    outcomes = set()
+    for steps in range(12):
+        path = os.path.join(disk_dir, f"c{steps}")
+        got: list[int] = []
+
+        async def create(path: str, got: list[int]) -> None:
+            got.append(await _kernel.create_with(path, ashutil._O_CREATE, 0o600, data))
+            await asyncio.sleep(0)  # (where a cancellation the create outran comes)
+
+        task = asyncio.ensure_future(create(path, got))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if got:
+            os.close(got[0])
+            outcomes.add("whole")
+            with open(path, "rb") as f:
+                assert f.read() == data
+        else:
+            outcomes.add("gone")
+            assert not os.path.lexists(path), steps
+        for _ in range(10_000):
+            if not ring.statistics()["in_flight"]:
+                break
+            await asyncio.sleep(0)
+        assert ring.statistics()["in_flight"] == 0
+    assert _open_fds() == fds
+    assert "gone" in outcomes
 
 
 async def test_copytree_options_like_shutil(tree: str, disk_dir: str) -> None:
@@ -682,6 +827,60 @@ async def test_executor_functions_return_shutil_results(tree: str, disk_dir: str
     unpacked = os.path.join(disk_dir, "unpacked")
     assert sorted(os.listdir(unpacked)) == sorted(os.listdir(os.path.join(tree, "sub")))
     await ashutil.chown(archive, os.getuid(), os.getgid())
+
+
+@pytest.mark.parametrize("how", ["cancel_then_close", "ring_closes"])
+def test_closing_the_loop_while_a_tree_is_copied(
+        new_loop: Any, disk_dir: str, how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop closes while the core copies a tree's files (a CopyQueue
+    with copies in flight), as asyncio.run ends it (the task cancelled
+    first); or the loop's ring closes under the copies, and the copytree
+    raises CancelledError, as an operation's caller sees it then.  Every
+    file in the copy is whole, and no fd is left open."""
+    src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
+    for d in range(4):
+        os.makedirs(os.path.join(src, str(d)))
+        for f in range(50):
+            with open(os.path.join(src, str(d), str(f)), "wb") as out:
+                out.write(os.urandom(1000 + f))
+    queues: list[Any] = []
+
+    def spy(*args: Any) -> Any:
+        queues.append(real(*args))
+        return queues[-1]
+
+    real = _kernel.copy_queue
+    monkeypatch.setattr(_kernel, "copy_queue", spy)
+    new_loop().close()  # (the loop library's process-wide fds exist before the baseline)
+    fds = _open_fds()
+    loop = new_loop()
+
+    async def start() -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(ashutil.copytree(src, dst))
+        for _ in range(100_000):
+            if queues and queues[0].in_flight:
+                break
+            await asyncio.sleep(0)
+        assert queues[0].in_flight
+        return task
+
+    task = loop.run_until_complete(start())
+    if how == "ring_closes":
+        _loops.close_ring(loop)
+        assert queues[0].in_flight == 0
+    else:
+        task.cancel()
+    loop.run_until_complete(asyncio.wait([task]))
+    assert task.cancelled()
+    loop.close()
+    del task
+    for dirpath, _, names in os.walk(dst):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f, open(os.path.join(src, os.path.relpath(path, dst)), "rb") as g:
+                assert f.read() == g.read(), path
+    assert queues[0].in_flight == 0
+    assert _open_fds() == fds
 
 
 async def test_cancelled_tree_operations_leave_nothing_behind(tree: str, disk_dir: str) -> None:

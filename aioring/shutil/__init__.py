@@ -15,6 +15,9 @@ raises what it does (the exceptions are shutil's own classes, so
   run by up to _kernel.BATCH_WORKERS of the kernel's workers), while the
   loop goes on listing directories.  Opens, stats, creates,
   unlinks, renames go through the ring (aioring's own path operations).
+  With copy2 or copy, the core copies a small cached file from its read to
+  its metadata with no Python between the steps (_core.CopyQueue), and
+  hands every other file back to the steps below.
 * Directories are listed in the loop's thread (io_uring has no getdents):
   a listing comes from the kernel's caches in microseconds.  Metadata with
   no io_uring opcode (chmod, utime, extended attributes) is set through the
@@ -299,26 +302,36 @@ async def _check_dst(src: Any, dst: Any, st_src: os.stat_result | None) -> None:
     _special(dst, st_dst)
 
 
-async def _open_dst(dst: Any, flags: int, mode: int) -> int:
+async def _open_dst(dst: Any, flags: int, mode: int, data: bytes | None = None) -> int:
+    """os.open(dst, flags, mode) of a copy's destination; with `data`, a new
+    file (flags _O_CREATE) that gets it in the same operation (create_with)."""
     try:
-        return await _pathops.open(dst, flags, mode)
+        if data is None:
+            return await _pathops.open(dst, flags, mode)
+        return await _kernel.create_with(dst, flags, mode, data)
     except IsADirectoryError as exc:
         if not await _exists(dst):
             raise FileNotFoundError(f"Directory does not exist: {dst}") from exc
         raise
 
 
-async def _copyfile(src: Any, dst: Any, follow_symlinks: bool = True, meta: str = "") -> Any:
+async def _copyfile(src: Any, dst: Any, follow_symlinks: bool = True, meta: str = "",
+                    audited: bool = False, atime_ns: int | None = None) -> Any:
     """copyfile, then (meta "mode" or "stat") copymode or copystat, as copy
     and copy2 do: on the fds the copy holds where the file was copied.
 
     shutil looks `dst` up before it creates it; here a new `dst` is created
     with O_EXCL (and the source's mode, where that is the mode to give it),
     and only one that exists is looked at as shutil does: the same checks in
-    the same order, one directory search instead of two, and no chmod."""
-    sys.audit("shutil.copyfile", src, dst)
+    the same order, one directory search instead of two, and no chmod.
+
+    A job a CopyQueue handed back (src a DirEntry) comes `audited` (its
+    audit event raised), and with the source's access time from before the
+    queue tried to read it (atime_ns: that try may have moved it)."""
+    if not audited:  # (a job a CopyQueue handed back raised it already)
+        sys.audit("shutil.copyfile", src, dst)
     if isinstance(src, os.DirEntry) and src.is_file(follow_symlinks=False):
-        if await _copy_small(src, dst, meta):
+        if await _copy_small(src, dst, meta, atime_ns):
             return dst
         st_src = None  # a regular file by its directory entry: no stat needed to know it is no pipe
     else:
@@ -394,19 +407,23 @@ def _abandon(dst_fd: int, dst: Any) -> None:
         pass
 
 
-async def _copy_small(src: os.DirEntry[Any], dst: Any, meta: str) -> bool:
+async def _copy_small(src: os.DirEntry[Any], dst: Any, meta: str, atime_ns: int | None = None) -> bool:
     """_copyfile of a regular file, by its directory entry, that is small
     (SMALL_COPY): opened, read if the page cache holds it, and closed, and
     its metadata copied, by the core at once (copy_source, copy_finish);
-    the new `dst` created (O_EXCL) and written through the ring.  False,
+    the new `dst` created (O_EXCL) and written through the ring, as one
+    operation when the bytes were read (create_with).  False,
     with nothing done, when the file is not such a file or `dst` exists:
     _copyfile's own steps then make the copy, and raise its errors."""
     source = _copy_source(os.fsencode(src.path), SMALL_COPY)
     if source is None:
         return False
-    src_fd, data, st_mode, st_size, atime_ns, mtime_ns = source
+    src_fd, data, st_mode, st_size, st_atime_ns, mtime_ns = source
+    if atime_ns is None:
+        atime_ns = st_atime_ns
+    mode = _stat.S_IMODE(st_mode) & 0o777 if meta else 0o666
     try:
-        dst_fd = await _open_dst(dst, _O_CREATE, _stat.S_IMODE(st_mode) & 0o777 if meta else 0o666)
+        dst_fd = await _open_dst(dst, _O_CREATE, mode, data)  # (data None: not all cached, read below)
     except FileExistsError:
         os.close(src_fd)
         return False
@@ -414,10 +431,8 @@ async def _copy_small(src: os.DirEntry[Any], dst: Any, meta: str) -> bool:
         os.close(src_fd)
         raise
     try:
-        if data is None:  # (not all cached: the ring reads it)
+        if data is None:
             await _kernel.copy_data(src_fd, dst_fd, st_size)
-        elif data:
-            await _kernel.write_all(dst_fd, data)
         done = _copy_finish(src_fd, dst_fd, atime_ns, mtime_ns, _stat.S_IMODE(st_mode), _META[meta])
     except asyncio.CancelledError:
         _abandon(dst_fd, dst)
@@ -557,9 +572,13 @@ class _Jobs:
 
 class _TreeCopy:
     """One copytree call: the walk lists and makes the directories (sibling
-    subtrees side by side) while COPY_TASKS workers copy the files it found;
-    per directory its results, in shutil's order, become the errors of
-    shutil.Error."""
+    subtrees side by side) while the files it found are copied: with copy2
+    or copy, a directory's regular files by the core (a CopyQueue: up to
+    COPY_TASKS at once, each opened and read at once if it is small and
+    cached, then created and written by one op, its metadata set when that
+    op ends), and what the queue hands back, with any other copy_function,
+    by COPY_TASKS workers.  Per directory its results, in shutil's order,
+    become the errors of shutil.Error."""
 
     def __init__(self, symlinks: bool, ignore: Any, copy_function: Any, ignore_dangling: bool,
                  dirs_exist_ok: bool) -> None:
@@ -571,12 +590,35 @@ class _TreeCopy:
         self.fast = {copy2: "stat", copy: "mode"}.get(copy_function, "")
         self.jobs = _Jobs()
         self.dirs: list[tuple[Any, Any, list[Any]]] = []  # (src, dst, results) of each directory
+        self.queue = _kernel.copy_queue(_META[self.fast], SMALL_COPY, COPY_TASKS, self._hand_back) \
+            if self.fast else None
+
+    def _hand_back(self, job: tuple[Any, ...], audited: bool, atime_ns: int | None) -> None:
+        """The queue's job for the workers (see _copyfile's audited and atime_ns)."""
+        self.jobs.add([(*job, audited, atime_ns)])
 
     async def walk(self, src: Any, dst: Any, entries: list[os.DirEntry[Any]]) -> list[Any]:
+        """tree() of the top, then the queue's copies waited for (what it
+        hands back goes to the workers meanwhile), and the workers told that
+        no more jobs come.  On an error or a cancellation the queue starts
+        no more copies, and those in flight end first."""
+        queue = self.queue
         try:
-            return await self.tree(src, dst, entries)
-        finally:
+            results = await self.tree(src, dst, entries)
+        except GeneratorExit:  # (closed unfinished: nothing may be awaited)
+            if queue is not None:
+                queue.cancel()
+            raise
+        except BaseException:
+            if queue is not None:
+                queue.cancel()
+                await _kernel.drain(queue)
             self.jobs.close()
+            raise
+        if queue is not None:
+            await _kernel.drain(queue)
+        self.jobs.close()
+        return results
 
     async def tree(self, src: Any, dst: Any, entries: list[os.DirEntry[Any]]) -> list[Any]:
         """What shutil's _copytree does for one directory, the file copies
@@ -587,6 +629,7 @@ class _TreeCopy:
         await _makedirs(dst, self.dirs_exist_ok)
         results: list[Any] = []
         jobs: list[tuple[list[Any], Any, Any, Any]] = []
+        queued: list[tuple[list[Any], Any, Any, Any]] = []  # (regular files, or anything not a link)
         subtrees: list[tuple[int, Any, Any, Any]] = []
         if entries:
             # os.path.join(src, name) and (dst, name) of each entry, as shutil names
@@ -603,7 +646,8 @@ class _TreeCopy:
             srcobj = entry if self.fast else srcname
             slot: list[Any] = []
             try:
-                if entry.is_symlink():
+                link = entry.is_symlink()
+                if link:
                     linkto = os.readlink(srcname)
                     if self.symlinks:
                         await _pathops.symlink(linkto, dstname)
@@ -613,12 +657,17 @@ class _TreeCopy:
                         continue
                 if entry.is_dir():
                     subtrees.append((len(results), srcobj, srcname, dstname))
-                else:
+                elif self.queue is None or link:
                     jobs.append((slot, srcobj, dstname, srcname))
+                else:
+                    queued.append((slot, srcobj, dstname, srcname))
             except OSError as why:
                 slot.append((srcname, dstname, str(why)))
             results.append(slot)
         self.jobs.add(jobs)
+        if queued:
+            assert self.queue is not None
+            self.queue.add(queued)
         found = await _kernel.together([self.subtree(*sub) for sub in subtrees])
         for (i, *_), subtree_results in zip(subtrees, found, strict=True):
             results[i] = subtree_results
@@ -641,10 +690,10 @@ class _TreeCopy:
 
     async def _worker(self) -> None:
         while (job := await self.jobs.next()) is not None:
-            slot, srcobj, dstname, srcname = job
+            slot, srcobj, dstname, srcname, *handed_back = job
             try:
                 if self.fast:
-                    await _copyfile(srcobj, dstname, True, self.fast)
+                    await _copyfile(srcobj, dstname, True, self.fast, *handed_back)
                 else:
                     await _maybe_await(self.copy_function(srcobj, dstname))
             except Error as err:

@@ -28,6 +28,12 @@
   its inode lock: measured, twice the CPU time for 1 GiB, the same as
   shutil.copyfile's with one).  A small file is read at once from the page
   cache (aioring.readinto) and written at its offset through the ring.
+* **A new file created and written as one operation** (create_with): the
+  ring's OPENAT, then at its completion the core starts the WRITE of the
+  data itself (NewFile, src/newfile.h), so the caller awaits once and no
+  Python runs between the two.  A CopyQueue (copy_queue, drain;
+  src/treecopy.h) makes whole copies of small files that way, many at
+  once, and wakes its caller once, when all are done.
 * **Nothing is let go while the kernel holds it.**  Whatever fails or is
   cancelled, every op that was started is waited for before the caller goes
   on (settle), so that no fd an op refers to (a directory's, a pipe's) is
@@ -47,7 +53,8 @@ from typing import Any, TypeVar
 
 from .. import _binding, _ops
 from .._ops import result
-from .._pathops import _FS_ENCODING, _FS_ERRORS
+from .._core import CopyQueue, NewFile
+from .._pathops import _FS_ENCODING, _FS_ERRORS, _encode, _named
 from .._loops import get_ring
 from .._ringbase import Op, RingBase, os_error
 
@@ -355,6 +362,59 @@ async def write_all(fd: int, data: bytes) -> None:
     done = 0
     while done < len(view):
         done += await _write_at(fd, view[done:], done)
+
+
+def copy_queue(meta: int, size_max: int, limit: int, hand_back: Any) -> CopyQueue:
+    """A CopyQueue (src/treecopy.h) on the running loop's ring: copy2's
+    (meta 2), copy's (1) or copyfile's (0) copies of the jobs it is given,
+    up to `limit` at once; hand_back(job, audited) gets each it leaves to
+    the caller's own steps."""
+    ring = get_ring(asyncio.get_running_loop())
+    return CopyQueue(ring._core, _binding.prep_openat, meta, size_max, limit, hand_back)
+
+
+async def drain(queue: CopyQueue) -> None:
+    """Until `queue`, closed here, has no copy in flight or queued.  Cancelled
+    meanwhile, it drops the queued jobs, still waits for the copies in
+    flight (each ends whole, or handed back), then raises the cancellation;
+    as it does when the ring closed under a copy."""
+    loop = asyncio.get_running_loop()
+    cancelled: asyncio.CancelledError | None = None
+    while True:
+        waiter = loop.create_future()
+        queue.close(waiter)
+        try:
+            await waiter
+            break
+        except asyncio.CancelledError as exc:
+            queue.cancel()
+            cancelled = exc
+            if not queue.in_flight:
+                break
+    if cancelled is not None:
+        raise cancelled
+
+
+async def create_with(path: Any, flags: int, mode: int, data: bytes) -> int:
+    """os.open(path, flags, mode) of a file it creates (O_CREAT | O_EXCL in
+    `flags`), then all of `data` written at its start: one operation of the
+    ring (NewFile), whose result is the new fd.  The open's error is
+    os.open's (naming `path`); a write's is os.write's, the fd then closed.
+    Cancelled before the data is all written, the fd is closed and the file
+    removed."""
+    encoded = _encode(path, "open")
+    loop = asyncio.get_running_loop()
+    ring = get_ring(loop)
+    target = NewFile(encoded, data)
+    args = (_binding.AT_FDCWD, encoded, flags | os.O_CLOEXEC, mode)
+    op = ring.start(loop, _binding.prep_openat, args, None, target)
+    try:
+        fd: int = await result(ring, op)
+    except OSError as exc:
+        if target.opened or exc.errno is None:
+            raise
+        raise os_error(-exc.errno, _named(path)) from None
+    return fd
 
 
 async def _write_at(fd: int, data: memoryview, offset: int) -> int:
