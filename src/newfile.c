@@ -5,6 +5,7 @@
 #include "flush.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 #include <liburing.h>
@@ -35,6 +36,7 @@ aior_newfile_make(PyObject *path, PyObject *data)
     if (self == NULL)
         return NULL;
     self->path = Py_NewRef(path);
+    self->dir_fd = AT_FDCWD;
     self->data = Py_NewRef(data);
     self->size = size;
     self->done = 0;
@@ -75,7 +77,7 @@ newfile_undo(AiorNewFile *self, int remove)
     if (fd >= 0)
         close(fd);
     if (remove)
-        unlink(PyBytes_AS_STRING(self->path));
+        unlinkat(self->dir_fd, PyBytes_AS_STRING(self->path), 0);
     Py_END_ALLOW_THREADS
 }
 

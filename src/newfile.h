@@ -29,6 +29,8 @@
  * An owner (C only; src/treecopy.c's CopyQueue) makes NewFiles with
  *  aior_newfile_make and sets, before the op starts:
  *   - owner, a strong reference, and context, the owner's per-file object;
+ *   - dir_fd, when path is relative to a directory's fd (the OPENAT's
+ *     too), which the context keeps open;
  *   - on_end(nf, core, op, res): the op's end instead of its future's (res
  *     as above; the fd of a whole file is the hook's to close).  The op's
  *     pin is released and op.finish let go before the call.  0, or -1 with
@@ -55,7 +57,8 @@ typedef struct AiorNewFile AiorNewFile;
 
 struct AiorNewFile {
     PyObject_HEAD
-    PyObject *path;    /* the encoded path created (bytes) */
+    PyObject *path;    /* the encoded path created (bytes), relative to dir_fd */
+    int dir_fd;        /* AT_FDCWD, or (an owner's) the directory's fd */
     PyObject *data;    /* what is written */
     Py_ssize_t size;   /* its length in bytes */
     Py_ssize_t done;   /* bytes written so far */

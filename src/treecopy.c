@@ -37,10 +37,10 @@ nanoseconds(const struct timespec *ts)
     return PyLong_FromLongLong((long long)ts->tv_sec * 1000000000LL + ts->tv_nsec);
 }
 
-/* A regular file of at most size_max bytes at path, opened at once: its fd
-   and stat, or -1 (nothing left open). */
+/* A regular file of at most size_max bytes at path (relative to dir_fd),
+   opened at once: its fd and stat, or -1 (nothing left open). */
 static int
-open_cached(const char *path, long long size_max, struct stat *st)
+open_cached(int dir_fd, const char *path, long long size_max, struct stat *st)
 {
     struct treecopy_open_how how;
     int fd;
@@ -48,7 +48,7 @@ open_cached(const char *path, long long size_max, struct stat *st)
     memset(&how, 0, sizeof how);
     how.flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC;
     how.resolve = TREECOPY_RESOLVE_CACHED;
-    fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+    fd = (int)syscall(SYS_openat2, dir_fd, path, &how, sizeof how);
     if (fd < 0)
         return -1;
     if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode) || st->st_size > size_max) {
@@ -102,7 +102,7 @@ copy_source(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (overflow || size_max > INT_MAX)
         size_max = INT_MAX;
     Py_BEGIN_ALLOW_THREADS
-    fd = open_cached(path, size_max, &st);
+    fd = open_cached(AT_FDCWD, path, size_max, &st);
     Py_END_ALLOW_THREADS
     if (fd < 0)
         Py_RETURN_NONE;
@@ -318,17 +318,87 @@ launch(AiorCore *core, AiorOp *op)
 static int file_end(AiorNewFile *nf, AiorCore *core, AiorOp *op, int res);
 static void file_drop(AiorNewFile *nf);
 
+/* The source and destination directories of a row of jobs, opened once
+   (O_PATH): its files are opened and created relative to them, a path
+   lookup of one name instead of the whole path.  Each copy in flight holds
+   it (its context), so the fds stay open until the last one ended. */
+typedef struct {
+    PyObject_HEAD
+    int src, dst;
+} RowDirs;
+
+static void
+rowdirs_dealloc(RowDirs *self)
+{
+    close(self->src);
+    close(self->dst);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject RowDirs_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aioring._core._RowDirs",
+    .tp_basicsize = sizeof(RowDirs),
+    .tp_dealloc = (destructor)rowdirs_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+};
+
+/* RowDirs of the directories src and dst (str, bytes or path-like), or
+   None (a new reference) when either cannot be opened: the row's jobs then
+   go by their whole paths.  NULL with an exception set. */
+static PyObject *
+row_dirs(PyObject *src, PyObject *dst)
+{
+    PyObject *src_b = NULL, *dst_b = NULL;
+    int sfd = -1, dfd = -1;
+
+    if (!PyUnicode_FSConverter(src, &src_b) || !PyUnicode_FSConverter(dst, &dst_b)) {
+        PyErr_Clear();
+        Py_XDECREF(src_b);
+        Py_RETURN_NONE;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    sfd = open(PyBytes_AS_STRING(src_b), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (sfd >= 0)
+        dfd = open(PyBytes_AS_STRING(dst_b), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(src_b);
+    Py_DECREF(dst_b);
+    if (sfd < 0 || dfd < 0) {
+        if (sfd >= 0)
+            close(sfd);
+        Py_RETURN_NONE;
+    }
+    RowDirs *dirs = PyObject_New(RowDirs, &RowDirs_Type);
+    if (dirs == NULL) {
+        close(sfd);
+        close(dfd);
+        return NULL;
+    }
+    dirs->src = sfd, dirs->dst = dfd;
+    return (PyObject *)dirs;
+}
+
+/* The last component of an encoded path (bytes): a new bytes object. */
+static PyObject *
+base_name(PyObject *path)
+{
+    const char *s = PyBytes_AS_STRING(path), *slash = strrchr(s, '/');
+    return slash == NULL ? Py_NewRef(path) : PyBytes_FromString(slash + 1);
+}
+
 /* One job: (slot, source as given, destination name, source name), the
-   names str or bytes.  Its source opened and read at once, and its copy's
-   op started (1); or handed back (0); -1 with an exception set. */
+   names str or bytes, in a row of `dirs` (a RowDirs, or None).  Its source
+   opened and read at once, and its copy's op started (1); or handed back
+   (0); -1 with an exception set. */
 static int
-start_copy(AiorCopyQueue *q, PyObject *job)
+start_copy(AiorCopyQueue *q, PyObject *job, PyObject *dirs)
 {
     PyObject *src_b = NULL, *dst_b = NULL, *data = NULL, *context = NULL;
     AiorNewFile *nf = NULL;
     AiorOp *op = NULL;
     struct stat st;
-    int fd = -1, ret = -1;
+    int fd = -1, ret = -1, src_dir = AT_FDCWD, dst_dir = AT_FDCWD;
 
     if (!PyTuple_Check(job) || PyTuple_GET_SIZE(job) < 4) {
         PyErr_SetString(PyExc_TypeError, "a CopyQueue job is (slot, source, destination, source name)");
@@ -344,8 +414,18 @@ start_copy(AiorCopyQueue *q, PyObject *job)
         PyErr_Clear();
         goto back;
     }
+    if (dirs != Py_None) {
+        /* (names relative to the row's directories) */
+        src_dir = ((RowDirs *)dirs)->src, dst_dir = ((RowDirs *)dirs)->dst;
+        Py_SETREF(src_b, base_name(src_b));
+        if (src_b == NULL)
+            goto out;
+        Py_SETREF(dst_b, base_name(dst_b));
+        if (dst_b == NULL)
+            goto out;
+    }
     Py_BEGIN_ALLOW_THREADS
-    fd = open_cached(PyBytes_AS_STRING(src_b), q->size_max, &st);
+    fd = open_cached(src_dir, PyBytes_AS_STRING(src_b), q->size_max, &st);
     if (fd >= 0 && q->meta == 2 && has_xattrs(fd)) {
         close(fd);
         fd = -1;
@@ -366,9 +446,10 @@ start_copy(AiorCopyQueue *q, PyObject *job)
     nf = aior_newfile_make(dst_b, data);
     if (nf == NULL)
         goto out;
+    nf->dir_fd = dst_dir;
     long long atime = (long long)st.st_atim.tv_sec * 1000000000LL + st.st_atim.tv_nsec;
     long long mtime = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-    context = Py_BuildValue("(OiLLi)", job, fd, atime, mtime, (int)(st.st_mode & 07777));
+    context = Py_BuildValue("(OiLLiO)", job, fd, atime, mtime, (int)(st.st_mode & 07777), dirs);
     if (context == NULL)
         goto out;
     op = (AiorOp *)AiorOp_Type.tp_alloc(&AiorOp_Type, 0);
@@ -376,7 +457,7 @@ start_copy(AiorCopyQueue *q, PyObject *job)
         goto out;
     op->future = Py_NewRef(Py_None);
     op->prep = Py_NewRef(q->prep);
-    op->args = Py_BuildValue("(iOii)", AT_FDCWD, dst_b, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+    op->args = Py_BuildValue("(iOii)", dst_dir, dst_b, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
                              q->meta ? (int)(st.st_mode & 0777) : 0666);
     op->keep = Py_NewRef(Py_None);
     op->finish = Py_NewRef((PyObject *)nf);
@@ -424,14 +505,17 @@ fill(AiorCopyQueue *q)
     while (!q->cancelled && q->in_flight < q->limit && PyList_GET_SIZE(q->rows) > 0) {
         if (q->turn >= PyList_GET_SIZE(q->rows))
             q->turn = 0;
-        PyObject *job = PyIter_Next(PyList_GET_ITEM(q->rows, q->turn));
+        PyObject *row = PyList_GET_ITEM(q->rows, q->turn); /* (iterator, dirs) */
+        PyObject *job = PyIter_Next(PyTuple_GET_ITEM(row, 0));
         if (job == NULL) {
             if (PyErr_Occurred() || PySequence_DelItem(q->rows, q->turn) < 0)
                 return -1;
             continue;
         }
         q->turn++;
-        int ret = start_copy(q, job);
+        PyObject *dirs = Py_NewRef(PyTuple_GET_ITEM(row, 1)); /* (the row may go meanwhile) */
+        int ret = start_copy(q, job, dirs);
+        Py_DECREF(dirs);
         Py_DECREF(job);
         if (ret < 0)
             return -1;
@@ -577,19 +661,29 @@ check_open(AiorCopyQueue *self)
 }
 
 static PyObject *
-queue_add(AiorCopyQueue *self, PyObject *jobs)
+queue_add(AiorCopyQueue *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "add() takes jobs, a source directory and a destination one");
+        return NULL;
+    }
     if (check_open(self) < 0)
         return NULL;
     if (self->closed || self->cancelled) {
         PyErr_SetString(PyExc_RuntimeError, "this CopyQueue takes no more jobs");
         return NULL;
     }
-    PyObject *it = PyObject_GetIter(jobs);
+    PyObject *it = PyObject_GetIter(args[0]);
     if (it == NULL)
         return NULL;
-    int ret = PyList_Append(self->rows, it);
+    PyObject *dirs = row_dirs(args[1], args[2]);
+    PyObject *row = dirs == NULL ? NULL : PyTuple_Pack(2, it, dirs);
+    Py_XDECREF(dirs);
     Py_DECREF(it);
+    if (row == NULL)
+        return NULL;
+    int ret = PyList_Append(self->rows, row);
+    Py_DECREF(row);
     if (ret < 0 || fill(self) < 0)
         return NULL;
     Py_RETURN_NONE;
@@ -619,7 +713,9 @@ queue_cancel(AiorCopyQueue *self, PyObject *unused)
 }
 
 static PyMethodDef queue_methods[] = {
-    {"add", (PyCFunction)queue_add, METH_O, "add(jobs): a row of jobs, started in turn with the others."},
+    {"add", (PyCFunction)(void (*)(void))queue_add, METH_FASTCALL,
+     "add(jobs, src_dir, dst_dir): a row of jobs, of the files of src_dir into dst_dir, started in turn "
+     "with the others."},
     {"close", (PyCFunction)queue_close, METH_O,
      "close(waiter): no more rows; waiter.set_result(None) once none is in flight or queued."},
     {"cancel", (PyCFunction)queue_cancel, METH_NOARGS,
@@ -662,7 +758,7 @@ static PyMethodDef treecopy_methods[] = {
 int
 aior_treecopy_add(PyObject *module)
 {
-    if (PyType_Ready(&AiorCopyQueue_Type) < 0 ||
+    if (PyType_Ready(&RowDirs_Type) < 0 || PyType_Ready(&AiorCopyQueue_Type) < 0 ||
         PyModule_AddObjectRef(module, "CopyQueue", (PyObject *)&AiorCopyQueue_Type) < 0)
         return -1;
     return PyModule_AddFunctions(module, treecopy_methods);

@@ -58,8 +58,12 @@
  *  meet (audited: the event was raised; atime_ns: the source's access time
  *  before this read of it, which may have moved it, or None).  A job that
  *  ends neither way is one whose copy's op the ring dropped (it closed).
- *  [add(jobs)]  A row of jobs (an iterable); its copies start now, as room
- *   allows.  RuntimeError once closed or cancelled.
+ *  [add(jobs, src_dir, dst_dir)]  A row of jobs (an iterable), of files in
+ *   the directory src_dir to be copied into dst_dir; its copies start now,
+ *   as room allows.  Both directories are opened once (O_PATH) and each
+ *   file opened and created by its name relative to them (by its whole
+ *   path where they cannot be opened).  RuntimeError once closed or
+ *   cancelled.
  *  [close(waiter)]  No more rows: waiter.set_result(None) once nothing is
  *   in flight or queued (at once if so); waiter.cancel() instead when a
  *   copy's op was dropped unfinished.  Called again, the new waiter

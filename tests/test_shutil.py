@@ -238,6 +238,46 @@ async def test_copytree_small_files_like_shutil(
     assert queue.in_flight == 0
 
 
+async def test_a_copy_queue_copies_or_hands_back_each_job(disk_dir: str) -> None:
+    """A CopyQueue's jobs, each copied as copy2 copies it (data, mode,
+    times) or handed back once, audited and untouched, for the caller's own
+    steps: a missing source, a directory, a larger file, a destination that
+    exists (left as it was) or whose directory is missing.  A row's names
+    are taken relative to its directories, or whole where those cannot be
+    opened."""
+    src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
+    os.mkdir(src)
+    os.mkdir(dst)
+    os.mkdir(os.path.join(src, "dir"))
+    for name, size, mode in (("a", 10, 0o640), ("b", 0, 0o600), ("c", 5000, 0o751),
+                             ("big", ashutil.SMALL_COPY + 1, 0o644), ("taken", 3, 0o644)):
+        with open(os.path.join(src, name), "wb") as f:
+            f.write(os.urandom(size))
+        os.chmod(os.path.join(src, name), mode)
+        os.utime(os.path.join(src, name), ns=(1_000_000_007, 2_000_000_009))
+    with open(os.path.join(dst, "taken"), "wb") as f:
+        f.write(b"mine")
+    back: list[tuple[Any, bool, int | None]] = []
+    queue = _kernel.copy_queue(2, ashutil.SMALL_COPY, 4, lambda *args: back.append(args))
+    jobs = [([], name, os.path.join(dst, name), os.path.join(src, name))
+            for name in ("a", "b", "c", "missing", "dir", "big", "taken")]
+    queue.add(jobs, src + os.sep, dst + os.sep)
+    queue.add([([], "x", os.path.join(dst, "nowhere", "x"), os.path.join(src, "a"))],
+              src + os.sep, os.path.join(dst, "nowhere") + os.sep)
+    await _kernel.drain(queue)
+    handed = {job[1]: (audited, atime) for job, audited, atime in back}
+    assert handed == {name: (True, None) for name in ("big", "dir", "missing", "taken", "x")}
+    assert (queue.copied, queue.handed_back, queue.in_flight) == (3, 5, 0)
+    for name in ("a", "b", "c"):
+        want, got = os.stat(os.path.join(src, name)), os.stat(os.path.join(dst, name))
+        assert (got.st_mode, got.st_mtime_ns, got.st_atime_ns) == (want.st_mode, 2_000_000_009, 1_000_000_007)
+        with open(os.path.join(src, name), "rb") as f, open(os.path.join(dst, name), "rb") as g:
+            assert f.read() == g.read()
+    with open(os.path.join(dst, "taken"), "rb") as f:
+        assert f.read() == b"mine"
+    assert sorted(os.listdir(dst)) == ["a", "b", "c", "taken"]
+
+
 def test_copy_source_reads_a_small_cached_file(disk_dir: str) -> None:
     """_core.copy_source: the fd (non-inheritable), the bytes and the stat
     fields copy2 uses of a small cached regular file; None, with no fd left

@@ -667,7 +667,7 @@ class _TreeCopy:
         self.jobs.add(jobs)
         if queued:
             assert self.queue is not None
-            self.queue.add(queued)
+            self.queue.add(queued, src_dir, dst_dir)
         found = await _kernel.together([self.subtree(*sub) for sub in subtrees])
         for (i, *_), subtree_results in zip(subtrees, found, strict=True):
             results[i] = subtree_results
