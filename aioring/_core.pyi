@@ -1,6 +1,7 @@
 # The compiled core (src/core.c; the seam is described in src/core.h).
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from types import EllipsisType
 from typing import Any
 
 WAITING: int
@@ -142,10 +143,11 @@ class Sender:
 # Page-cache reads at an offset, served at once (src/fileops.c; see src/fileops.h).
 def fileops_setup(plain: set[int], owed: dict[Any, Any], unyielded: list[int], yield_every: int,
                   size_max: int, cache_missed: Callable[[int], None],
-                  pace_due: Callable[[], bool], /) -> None: ...
+                  pace_due: Callable[[], bool], fd_cache: dict[int, list[int]], cold_reads: list[int],
+                  /) -> None: ...
 def pace() -> bool: ...
 def readinto_cached(fd: Any, buffer: Any, offset: Any, /) -> int: ...
-def read_cached(fd: Any, size: Any, offset: Any, /) -> bytes | bytearray | None: ...
+def read_cached(fd: Any, size: Any, offset: Any, /) -> bytes | bytearray | EllipsisType | None: ...
 
 TRY_READINTO: int
 TRY_READ: int

@@ -31,7 +31,7 @@ import select
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from . import _binding, _loops, _redelivery
@@ -304,8 +304,12 @@ def cache_missed(fd: int) -> None:
 # path, is taken by the core (read_cached, readinto_cached: src/fileops.h)
 # with the decisions written here: it tries only an fd in _plain, while
 # nothing is owed and no yield is due (those calls come here), counts the
-# calls it serves in _unyielded and reports a miss to cache_missed.
-fileops_setup(_plain, _redelivery.owed, _unyielded, YIELD_EVERY, UNZEROED_MIN, cache_missed, _pace_due)
+# calls it serves in _unyielded and reports a miss to cache_missed; and for
+# read() it says (Ellipsis) when a read goes straight to the ring
+# (_read_cold), counting down the fd's backoff in _fd_cache.
+_cold_reads = [0]  # reads of pages thought not cached, in flight
+fileops_setup(_plain, _redelivery.owed, _unyielded, YIELD_EVERY, UNZEROED_MIN, cache_missed, _pace_due,
+              _fd_cache, _cold_reads)
 
 
 # A 4 KiB read served by the page cache costs a synchronous os.pread loop
@@ -386,7 +390,6 @@ def _cache_first(kind: int, rest: Callable[..., Any]) -> Callable[[_F], _F]:
 # would also change the open file for every other user of it.
 COLD_HANDOFF = False
 DIRECT_HANDOFF = False
-_cold_reads = [0]  # reads of pages thought not cached, in flight
 
 
 def read_request(fd: int, start: int, n: int, offset: int) -> tuple[tuple[int, ...], bool]:
@@ -612,17 +615,20 @@ def _try_read(fd: int, target: Any, n: int, offset: int) -> int:
     return _rw_now(False, fd, target, min(n, MAX_RW)) if n else 0  # (0 bytes: the ring checks the fd)
 
 
-async def _read_rest(fd: int, size: int, offset: int, head: bytes | bytearray | None) -> bytes:
+def _read_rest(fd: int, size: int, offset: int, head: Any) -> Awaitable[bytes]:
     """read() after the core's try, which answered `head` (read_cached's
-    answer: the page cache's hit, served; or its start; or None)."""
+    answer: the page cache's hit, served; or its start; Ellipsis; or None):
+    what the call awaits.  (A function: no coroutine of its own between the
+    caller and _read_cold's.)"""
+    if head is ...:
+        return _read_cold(fd, size, offset)
+    return _read_tried(fd, size, offset, head)
+
+
+async def _read_tried(fd: int, size: int, offset: int, head: bytes | bytearray | None) -> bytes:
+    """_read_rest's await, but for the core's Ellipsis."""
     if type(head) is bytes:
         return head
-    if head is None and _cold_reads[0] and _straight_to_ring(fd, size, offset):
-        # Data that is not cached, the hottest case of it: the ring reads it
-        # at once, into a bytes object that is the result.
-        loop = _get_running_loop()
-        args = read_request(fd, 0, size, offset)[0] if COLD_HANDOFF else (OP_READ, fd, 0, size, offset, 0)
-        return await _read_by_ring(loop, ring_of(loop), fd, bytes(size), 0, size, offset, args, True)
     out: bytes | bytearray | None = None
     target: Any
     ring = None
@@ -673,17 +679,39 @@ async def _read_rest(fd: int, size: int, offset: int, head: bytes | bytearray | 
     return await _read_by_ring(loop, ring, fd, out, got, size, offset, args, cold)
 
 
-def _straight_to_ring(fd: Any, size: Any, offset: Any) -> bool:
-    """Whether read() of `size` bytes of fd at `offset` (any arguments) goes
-    to the ring without a try or checks of its own: while other reads of
-    uncached pages are in flight, a small read at an offset of an fd known
-    (not O_DIRECT) whose recent tries missed (see _due), nothing owed."""
-    state = _fd_cache.get(fd) if type(fd) is int else None
-    if (state is None or not state[0] or state[2] or type(size) is not int or not 1 < size < UNZEROED_MIN
-            or type(offset) is not int or not 0 <= offset <= _OFF_MAX or _redelivery.owed):
-        return False
-    state[0] -= 1
-    return True
+async def _read_cold(fd: int, size: int, offset: int) -> bytes:
+    """read() of data that is not cached, its hottest case, which the core's
+    try answered with Ellipsis (src/fileops.h: while other reads of uncached
+    pages are in flight, a small read at an offset of an fd known, not
+    O_DIRECT, whose recent tries missed, nothing owed): the ring reads it at
+    once, into a bytes object that is the result.  result()'s and
+    _read_by_ring's steps, written out: a coroutine less each."""
+    loop = _get_running_loop()
+    ring = ring_of(loop)
+    out = bytes(size)
+    args: tuple[int, ...] = (OP_READ, fd, 0, size, offset, 0)
+    if COLD_HANDOFF:
+        args += (IOSQE_ASYNC,)
+    op = ring.start(loop, None, args, out, None, _POLLIN)
+    if op.future is None:
+        n = ready(op)
+    else:
+        _cold_reads[0] += 1
+        try:
+            n = await op.future
+        except asyncio.CancelledError as exc:
+            n = await ring.settle(op, exc)
+        except GeneratorExit:
+            ring.abandon(op)  # (the op keeps its pin for the kernel)
+            raise
+        except OSError as exc:
+            # (An O_DIRECT fd that was not known as one: nothing was read.)
+            if exc.errno != errno.EINVAL or not _flags_looked_up(fd)[2]:
+                raise
+            return await _read_aligned(fd, size, offset)
+        finally:
+            _cold_reads[0] -= 1
+    return out if n == size else out[:n]
 
 
 async def _read_by_ring(loop: asyncio.AbstractEventLoop, ring: RingBase, fd: int, out: bytes | bytearray,

@@ -12,7 +12,7 @@
 #endif
 
 /* Policy's state (fileops_setup); plain == NULL: not set up. */
-static PyObject *plain, *owed, *unyielded, *cache_missed, *pace_due;
+static PyObject *plain, *owed, *unyielded, *cache_missed, *pace_due, *fd_cache, *cold_reads;
 static long yield_every;
 static Py_ssize_t size_max;
 
@@ -29,13 +29,19 @@ fileops_setup(PyObject *module, PyObject *args)
     long every;
     Py_ssize_t most;
 
-    if (!PyArg_ParseTuple(args, "O!O!O!lnOO:fileops_setup", &PySet_Type, &p, &PyDict_Type, &o,
-                          &PyList_Type, &u, &every, &most, &miss, &due))
+    PyObject *cache, *cold;
+
+    if (!PyArg_ParseTuple(args, "O!O!O!lnOOO!O!:fileops_setup", &PySet_Type, &p, &PyDict_Type, &o,
+                          &PyList_Type, &u, &every, &most, &miss, &due, &PyDict_Type, &cache, &PyList_Type,
+                          &cold))
         return NULL;
-    if (PyList_GET_SIZE(u) < 1 || !PyCallable_Check(miss) || !PyCallable_Check(due)) {
-        PyErr_SetString(PyExc_ValueError, "fileops_setup() needs a counter list and two callables");
+    if (PyList_GET_SIZE(u) < 1 || PyList_GET_SIZE(cold) < 1 || !PyCallable_Check(miss) ||
+        !PyCallable_Check(due)) {
+        PyErr_SetString(PyExc_ValueError, "fileops_setup() needs two counter lists and two callables");
         return NULL;
     }
+    Py_XSETREF(fd_cache, Py_NewRef(cache));
+    Py_XSETREF(cold_reads, Py_NewRef(cold));
     Py_XSETREF(plain, Py_NewRef(p));
     Py_XSETREF(owed, Py_NewRef(o));
     Py_XSETREF(unyielded, Py_NewRef(u));
@@ -196,6 +202,57 @@ try_readinto(PyObject *const *args, int *yield_due)
 
 /* read_cached's answer for args (fd, size, offset); yield_due as
    try_readinto's. */
+/* A C long of a list's item 0 (an int), or 0 when it is not one. */
+static long
+item0(PyObject *list)
+{
+    if (!PyList_CheckExact(list) || PyList_GET_SIZE(list) < 1 || !PyLong_CheckExact(PyList_GET_ITEM(list, 0)))
+        return 0;
+    long v = PyLong_AsLong(PyList_GET_ITEM(list, 0));
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return v;
+}
+
+/* A read not tried: Ellipsis (a new reference) when it is policy's read
+   straight from the ring (see read_cached), its fd's backoff counted down;
+   else None.  NULL with an exception set. */
+static PyObject *
+not_tried(PyObject *const *args)
+{
+    int overflow;
+
+    if (plain == NULL || !PyLong_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
+        !PyLong_CheckExact(args[2]) || PyDict_GET_SIZE(owed) || item0(cold_reads) <= 0)
+        Py_RETURN_NONE;
+    Py_ssize_t size = PyLong_AsSsize_t(args[1]);
+    long long offset = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+    if (size == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (size <= 1 || size >= size_max || overflow || offset < 0)
+        Py_RETURN_NONE;
+    PyObject *state = PyDict_GetItemWithError(fd_cache, args[0]);  /* (borrowed) */
+    if (state == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    long skips = item0(state);
+    if (skips <= 0 || PyList_GET_SIZE(state) < 3 || PyObject_IsTrue(PyList_GET_ITEM(state, 2)) != 0)
+        Py_RETURN_NONE;  /* (no backoff to count down, or an O_DIRECT fd) */
+    PyObject *left = PyLong_FromLong(skips - 1);
+    if (left == NULL)
+        return NULL;
+    PyObject *old = PyList_GET_ITEM(state, 0);
+    PyList_SET_ITEM(state, 0, left);
+    Py_DECREF(old);
+    return Py_NewRef(Py_Ellipsis);
+}
+
 static PyObject *
 try_read(PyObject *const *args, int *yield_due)
 {
@@ -203,7 +260,7 @@ try_read(PyObject *const *args, int *yield_due)
     long long offset;
 
     if (!PyLong_CheckExact(args[1]) || !cached_due(args[0], args[2], &fd, &offset, yield_due))
-        Py_RETURN_NONE;
+        return not_tried(args);
     Py_ssize_t size = PyLong_AsSsize_t(args[1]);
     if (size < 0 || size >= size_max) {
         PyErr_Clear();

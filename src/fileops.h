@@ -6,7 +6,8 @@
  * decision that policy already took for a known fd, and hand every other
  * case back to it untouched.
  *
- * fileops_setup(plain, owed, unyielded, yield_every, size_max, cache_missed, pace_due)
+ * fileops_setup(plain, owed, unyielded, yield_every, size_max, cache_missed, pace_due,
+ *               fd_cache, cold_reads)
  *  Policy's state, held for the life of the process:
  *    plain        the set of fds whose reads at an offset are tried;
  *    owed         the dict of tasks owing a cancellation (non-empty: every
@@ -15,7 +16,12 @@
  *    yield_every  at item 0 == yield_every - 1 the next call yields: policy's;
  *    size_max     read_cached serves sizes below this only;
  *    cache_missed called with the fd when a try finds the pages not cached;
- *    pace_due     called by pace() for the call that makes yield_every.
+ *    pace_due     called by pace() for the call that makes yield_every;
+ *    fd_cache     the dict of each fd's state, a list: item 0 the reads
+ *                 still to go straight to the ring after misses, item 2
+ *                 the O_DIRECT alignment (0: not O_DIRECT);
+ *    cold_reads   the list whose item 0 counts reads of uncached pages in
+ *                 flight.
  *  Until it is called, both functions below hand every call to policy.
  *
  * Both take the fast path only for an int fd in `plain`, an int offset of
@@ -37,6 +43,11 @@
  *               second try follows a short first one, as policy does);
  *    bytearray  tried: its bytes (none, after a miss or an error) are the
  *               start of the result, the rest is the ring's;
+ *    Ellipsis   not tried, and policy's read straight from the ring (its
+ *               fd's recent tries missed, other reads of uncached pages are
+ *               in flight): an int fd whose state has reads left to go so
+ *               (counted down here) and is not O_DIRECT, an int size of 2
+ *               to size_max - 1, an int offset of 0 or more, nothing owed;
  *    None       not tried: policy's.
  *
  * CacheFirst(kind, public, rest, served)  A coroutine function (aioring.read and

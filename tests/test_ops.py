@@ -95,6 +95,42 @@ async def test_the_core_serves_just_the_page_cache_reads_policy_tries(data_file)
     assert _ops._unyielded[0] == count + 3 and buf == content[7:57]
 
 
+async def test_the_core_sends_a_read_of_a_missing_fd_straight_to_the_ring(data_file):
+    """read_cached answers Ellipsis for a read policy sends straight to the
+    ring (src/fileops.h): while reads of uncached pages are in flight, a
+    read at an offset of an fd whose recent tries missed, counting its
+    backoff down; None for any other (an O_DIRECT fd, a size of 0 or 1 or of
+    UNZEROED_MIN, a negative offset, something owed, no cold read in
+    flight, no backoff left).  read() then returns the file's bytes."""
+    from aioring import _core, _ops, _redelivery
+    fd, content = data_file
+    _ops._plain.discard(fd)
+    state = _ops._fd_cache[fd] = [2, 4, 0, 0]
+    _ops._cold_reads[0] += 1
+    try:
+        for size, offset in ((1, 0), (_ops.UNZEROED_MIN, 0), (100, -1), (True, 0), (100, 1 << 63)):
+            assert _core.read_cached(fd, size, offset) is None
+        assert _core.read_cached(fd, 100, 5) is ...
+        assert state[0] == 1
+        state[2] = 512
+        assert _core.read_cached(fd, 100, 5) is None
+        state[2] = 0
+        _redelivery.owed[asyncio.current_task()] = ("owed", None)
+        try:
+            assert _core.read_cached(fd, 100, 0) is None
+        finally:
+            del _redelivery.owed[asyncio.current_task()]
+        assert state[0] == 1
+        assert await aioring.read(fd, 100, 5) == content[5:105]
+        assert state[0] == 0
+        assert _core.read_cached(fd, 100, 5) is None  # (no backoff left: policy's try)
+        state[0] = 1
+    finally:
+        _ops._cold_reads[0] -= 1
+    assert _core.read_cached(fd, 100, 5) is None  # (no cold read in flight)
+    assert state[0] == 1
+
+
 @pytest.mark.parametrize("name", ["read", "readinto"])
 async def test_read_and_readinto_are_coroutine_functions_like_their_python_ones(data_file, pipe, name):
     """aioring.read and readinto (the core's, which try the page cache before

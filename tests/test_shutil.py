@@ -92,6 +92,21 @@ def tree(disk_dir: str) -> str:
     return root
 
 
+@pytest.fixture
+def queues(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What each _kernel.copy_queue call of the test returns (a CopyQueue
+    and its release), in order."""
+    made: list[Any] = []
+    real = _kernel.copy_queue
+
+    def spy(*args: Any) -> Any:
+        made.append(real(*args))
+        return made[-1]
+
+    monkeypatch.setattr(_kernel, "copy_queue", spy)
+    return made
+
+
 @contextlib.contextmanager
 def _immutable(path: str) -> Iterator[None]:
     """`path` made immutable (chattr +i): even root gets EPERM changing it."""
@@ -171,22 +186,13 @@ sys.addaudithook(_audit)
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o077])
-async def test_copytree_small_files_like_shutil(
-        disk_dir: str, umask: int, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_copytree_small_files_like_shutil(disk_dir: str, umask: int, queues: list[Any]) -> None:
     """Small cached files, which the core copies (a CopyQueue), beside ones
     it hands back to the full steps (uncached, larger, with extended
     attributes): contents, permission bits (set-id bits and what the umask
     took included), times to the nanosecond and extended attributes as
     shutil.copytree leaves them, and one audit event a file, as shutil
     raises them."""
-    queues: list[Any] = []
-
-    def spy(*args: Any) -> Any:
-        queues.append(real(*args))
-        return queues[-1]
-
-    real = _kernel.copy_queue
-    monkeypatch.setattr(_kernel, "copy_queue", spy)
     src = os.path.join(disk_dir, "src")
     os.makedirs(os.path.join(src, "d"))
     files = {"empty": (b"", 0o644), "one": (b"1", 0o600), "page": (os.urandom(4096), 0o755),
@@ -871,7 +877,7 @@ async def test_executor_functions_return_shutil_results(tree: str, disk_dir: str
 
 @pytest.mark.parametrize("how", ["cancel_then_close", "ring_closes"])
 def test_closing_the_loop_while_a_tree_is_copied(
-        new_loop: Any, disk_dir: str, how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        new_loop: Any, disk_dir: str, how: str, queues: list[Any]) -> None:
     """The loop closes while the core copies a tree's files (a CopyQueue
     with copies in flight), as asyncio.run ends it (the task cancelled
     first); or the loop's ring closes under the copies, and the copytree
@@ -883,14 +889,6 @@ def test_closing_the_loop_while_a_tree_is_copied(
         for f in range(50):
             with open(os.path.join(src, str(d), str(f)), "wb") as out:
                 out.write(os.urandom(1000 + f))
-    queues: list[Any] = []
-
-    def spy(*args: Any) -> Any:
-        queues.append(real(*args))
-        return queues[-1]
-
-    real = _kernel.copy_queue
-    monkeypatch.setattr(_kernel, "copy_queue", spy)
     new_loop().close()  # (the loop library's process-wide fds exist before the baseline)
     fds = _open_fds()
     loop = new_loop()
