@@ -317,6 +317,7 @@ launch(AiorCore *core, AiorOp *op)
 
 static int file_end(AiorNewFile *nf, AiorCore *core, AiorOp *op, int res);
 static void file_drop(AiorNewFile *nf);
+static int context_fd(AiorNewFile *nf);
 
 /* The source and destination directories of a row of jobs, opened once
    (O_PATH): its files are opened and created relative to them, a path
@@ -474,11 +475,11 @@ start_copy(AiorCopyQueue *q, PyObject *job, PyObject *dirs)
     fd = -1;
     q->in_flight++;
     if (launch((AiorCore *)q->core, op) < 0) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        PyObject *r = PyObject_CallMethod((PyObject *)nf, "drop", "i", -ECANCELED);
-        Py_XDECREF(r);
-        PyErr_Restore(type, value, tb);
+        /* (the op never started: its source closed, the copy no longer counted) */
+        close(context_fd(nf));
+        Py_CLEAR(nf->context);
+        nf->on_end = NULL, nf->on_drop = NULL;
+        q->in_flight--;
         goto out;
     }
     ret = 1;
