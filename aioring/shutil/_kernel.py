@@ -355,15 +355,6 @@ async def _read_write(src_fd: int, offset: int, dst_fd: int, shift: int, size: i
             return offset - start
 
 
-async def write_all(fd: int, data: bytes) -> None:
-    """All of `data` written at the start of `fd` (through the ring), a
-    short write resumed where it ended."""
-    view = memoryview(data)
-    done = 0
-    while done < len(view):
-        done += await _write_at(fd, view[done:], done)
-
-
 def copy_queue(meta: int, size_max: int, limit: int, hand_back: Any) -> CopyQueue:
     """A CopyQueue (src/treecopy.h) on the running loop's ring: copy2's
     (meta 2), copy's (1) or copyfile's (0) copies of the jobs it is given,
