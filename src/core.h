@@ -45,10 +45,11 @@
  *     too; the core appends the received bytes to the reader's buffer,
  *     wakes the reader and re-arms the receive in C, calling policy only
  *     for EOF, errors, closing and pause.
- *   - a step target (src/treecopy.h's NewFile), set as op.finish of an op
- *     with a future: an operation of several requests, each started by the
- *     core at the CQE of the one before (op.continued); the last one's
- *     result goes to the future as below.
+ *   - a step target (src/newfile.h's NewFile), set as op.finish: an
+ *     operation of several requests, each started by the core at the CQE
+ *     of the one before (op.continued); the last one's result goes to the
+ *     op's future as below, or to the hook of the target's owner (a
+ *     CopyQueue's, src/treecopy.h).
  *   - a future: any object with done(), set_result(x) and set_exception(e)
  *     (asyncio.Future is one; nothing here assumes asyncio).  Set as
  *     op.future; it gets finish(op, res), or res when finish is None, or the
