@@ -239,8 +239,11 @@ async def test_copytree_small_files_like_shutil(disk_dir: str, umask: int, queue
     assert [(a, os.path.relpath(b, got)) for a, b in got_events] == [
         (a, os.path.relpath(b, want)) for a, b in want_events]
     (queue,) = queues
-    # (handed back: "over", "cold" and, with attributes, "xattr")
-    assert (queue.copied, queue.handed_back) == ((5, 3) if attributes else (6, 2))
+    # (handed back: "over", with attributes "xattr", and "cold" unless its
+    # pages came back meanwhile, by readahead)
+    back = 2 if attributes else 1
+    assert queue.handed_back in (back, back + 1)
+    assert queue.copied + queue.handed_back == len(files)
     assert queue.in_flight == 0
 
 
