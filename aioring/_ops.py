@@ -306,7 +306,7 @@ def cache_missed(fd: int) -> None:
 # nothing is owed and no yield is due (those calls come here), counts the
 # calls it serves in _unyielded and reports a miss to cache_missed; and for
 # read() it says (Ellipsis) when a read goes straight to the ring
-# (_read_cold), counting down the fd's backoff in _fd_cache.
+# (_cold_op), counting down the fd's backoff in _fd_cache.
 _cold_reads = [0]  # reads of pages thought not cached, in flight
 fileops_setup(_plain, _redelivery.owed, _unyielded, YIELD_EVERY, UNZEROED_MIN, cache_missed, _pace_due,
               _fd_cache, _cold_reads)
@@ -334,18 +334,20 @@ async def _served_at_yield(result: Any) -> Any:
     return result
 
 
-def _cache_first(kind: int, rest: Callable[..., Any]) -> Callable[[_F], _F]:
+def _cache_first(kind: int, rest: Callable[..., Any], *cold: Callable[..., Any]) -> Callable[[_F], _F]:
     """The decorated coroutine function as the core's CacheFirst: a call
     awaited tries the page cache (its kind's try: TRY_READINTO or TRY_READ)
     in its first step, without a coroutine frame, and returns a hit there
     (when a yield to the loop is due, after _served_at_yield's yield);
     otherwise it goes on in rest's coroutine with the try's answer, as the
-    decorated function does.  Calls with keywords or a wrong count of
+    decorated function does; for TRY_READ, `cold` (_cold_op, _cold_raised)
+    starts the ring's read of the try's Ellipsis and the call awaits its
+    future without a coroutine (see _cold_op).  Calls with keywords or a wrong count of
     arguments are the function's own (its binding, its errors).  Name,
     docstring and signature are the function's (functools.update_wrapper),
     and asyncio.iscoroutinefunction() says True for it, as for the function."""
     def wrap(func: _F) -> _F:
-        first = functools.update_wrapper(CacheFirst(kind, func, rest, _served_at_yield), func)
+        first = functools.update_wrapper(CacheFirst(kind, func, rest, _served_at_yield, *cold), func)
         first._is_coroutine = asyncio.coroutines._is_coroutine  # type: ignore[attr-defined]
         if hasattr(inspect, "markcoroutinefunction"):  # (Python 3.12 on)
             inspect.markcoroutinefunction(first)
@@ -619,9 +621,9 @@ def _read_rest(fd: int, size: int, offset: int, head: Any) -> Awaitable[bytes]:
     """read() after the core's try, which answered `head` (read_cached's
     answer: the page cache's hit, served; or its start; Ellipsis; or None):
     what the call awaits.  (A function: no coroutine of its own between the
-    caller and _read_cold's.)"""
+    caller and the one it returns.)"""
     if head is ...:
-        return _read_cold(fd, size, offset)
+        return _cold_call(fd, size, offset)
     return _read_tried(fd, size, offset, head)
 
 
@@ -679,13 +681,16 @@ async def _read_tried(fd: int, size: int, offset: int, head: bytes | bytearray |
     return await _read_by_ring(loop, ring, fd, out, got, size, offset, args, cold)
 
 
-async def _read_cold(fd: int, size: int, offset: int) -> bytes:
+def _cold_op(fd: int, size: int, offset: int) -> bytes | tuple[RingBase, Op, bytes, asyncio.Future[int]]:
     """read() of data that is not cached, its hottest case, which the core's
     try answered with Ellipsis (src/fileops.h: while other reads of uncached
     pages are in flight, a small read at an offset of an fd known, not
-    O_DIRECT, whose recent tries missed, nothing owed): the ring reads it at
-    once, into a bytes object that is the result.  result()'s and
-    _read_by_ring's steps, written out: a coroutine less each."""
+    O_DIRECT, whose recent tries missed, nothing owed): the ring's read of it
+    started, into a bytes object that is the result.  The bytes when the read
+    completed at once; else (ring, op, out, future), the future's result the
+    count read into out.  CacheFirst's call awaits the future itself and
+    counts the read among the cold ones meanwhile (src/fileops.c), also for
+    a call of read() that is not its own (_read_rest's _cold_call)."""
     loop = _get_running_loop()
     ring = ring_of(loop)
     out = bytes(size)
@@ -693,24 +698,28 @@ async def _read_cold(fd: int, size: int, offset: int) -> bytes:
     if COLD_HANDOFF:
         args += (IOSQE_ASYNC,)
     op = ring.start(loop, None, args, out, None, _POLLIN)
-    if op.future is None:
+    fut = op.future
+    if fut is None:
         n = ready(op)
-    else:
-        _cold_reads[0] += 1
-        try:
-            n = await op.future
-        except asyncio.CancelledError as exc:
+        return out if n == size else out[:n]
+    return ring, op, out, fut
+
+
+async def _cold_raised(ring: RingBase, op: Op, fd: int, size: int, offset: int, out: bytes,
+                       exc: BaseException) -> bytes:
+    """The await of a cold read's future (see _cold_op) met `exc`, thrown
+    in or the future's: a cancellation waits for the kernel (Ring.settle),
+    an O_DIRECT fd that was not known as one is read as one (nothing was
+    read), anything else is raised.  The read is counted out at the end."""
+    try:
+        if isinstance(exc, asyncio.CancelledError):
             n = await ring.settle(op, exc)
-        except GeneratorExit:
-            ring.abandon(op)  # (the op keeps its pin for the kernel)
-            raise
-        except OSError as exc:
-            # (An O_DIRECT fd that was not known as one: nothing was read.)
-            if exc.errno != errno.EINVAL or not _flags_looked_up(fd)[2]:
-                raise
+        elif isinstance(exc, OSError) and exc.errno == errno.EINVAL and _flags_looked_up(fd)[2]:
             return await _read_aligned(fd, size, offset)
-        finally:
-            _cold_reads[0] -= 1
+        else:
+            raise exc
+    finally:
+        _cold_reads[0] -= 1
     return out if n == size else out[:n]
 
 
@@ -731,7 +740,7 @@ async def _read_by_ring(loop: asyncio.AbstractEventLoop, ring: RingBase, fd: int
     return await _read_aligned(fd, size, offset)
 
 
-@_cache_first(TRY_READ, _read_rest)
+@_cache_first(TRY_READ, _read_rest, _cold_op, _cold_raised)
 async def read(fd: int, size: int, offset: int = -1) -> bytes:
     """Read at most `size` bytes from `fd`, like os.read (offset -1) or os.pread.
 
@@ -746,6 +755,11 @@ async def read(fd: int, size: int, offset: int = -1) -> bytes:
     return await _read_rest(fd, size, offset, read_cached(fd, size, offset))
 
 
+# The awaitable of a read whose try answered Ellipsis (the C steps of read()'s
+# CacheFirst call after its try, for a call that is not its own).
+_cold_call = read.cold_call  # type: ignore[attr-defined]
+
+
 async def _read_aligned(fd: int, size: int, offset: int) -> bytes:
     """read() of an O_DIRECT fd: into an aligned buffer of its own, copied out."""
     buf = aligned_buffer(max(size, 1))
@@ -754,10 +768,10 @@ async def _read_aligned(fd: int, size: int, offset: int) -> bytes:
         n = await readinto(fd, view, offset)
         return bytes(view[:n])
     finally:
-        view.release()
         try:
+            view.release()
             buf.close()
-        except BufferError:  # (the coroutine was closed: the kernel still holds it)
+        except BufferError:  # (the coroutine was closed: the kernel still holds them, its op lets go)
             pass
 
 

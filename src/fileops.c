@@ -329,22 +329,43 @@ typedef struct {
     PyObject *public_fn;  /* the coroutine function it stands for */
     PyObject *rest;       /* rest(fd, x, offset, tried): the coroutine after a try not served */
     PyObject *served;     /* served(result): the coroutine after a hit when a yield was due */
+    PyObject *cold;       /* TRY_READ: cold(fd, size, offset) starts the ring's read of an Ellipsis */
+    PyObject *raised;     /* raised(ring, op, fd, size, offset, out, exc): the coroutine after it raised */
     PyObject *dict;       /* its attributes (__doc__, __wrapped__, ...: functools.update_wrapper) */
 } CacheFirst;
 
 /* One call's awaitable: its first step is the try. */
-enum { UNSTARTED, DELEGATING, FINISHED };
+enum { UNSTARTED, COLD_UNSTARTED, DELEGATING, COLD, FINISHED };
 
 typedef struct {
     PyObject_HEAD
     CacheFirst *owner;
     PyObject *args[3];    /* fd, buffer or size, offset */
-    PyObject *inner;      /* rest's coroutine while DELEGATING */
+    PyObject *inner;      /* rest's coroutine while DELEGATING; the op's future's iterator while COLD */
+    PyObject *started;    /* cold()'s (ring, op, out, future) while COLD */
     int state;
 } CacheFirstCall;
 
 static PyTypeObject CacheFirst_Type, CacheFirstCall_Type;
-static PyObject *str_throw, *str_close;
+static PyObject *str_throw, *str_close, *str_abandon;
+
+/* A new call of owner's on args (2 or 3 of them: offset -1 when not given). */
+static PyObject *
+new_call(CacheFirst *owner, PyObject *const *args, Py_ssize_t nargs, int state)
+{
+    CacheFirstCall *call = PyObject_GC_New(CacheFirstCall, &CacheFirstCall_Type);
+    if (call == NULL)
+        return NULL;
+    call->owner = (CacheFirst *)Py_NewRef(owner);
+    call->args[0] = Py_NewRef(args[0]);
+    call->args[1] = Py_NewRef(args[1]);
+    call->args[2] = nargs == 3 ? Py_NewRef(args[2]) : PyLong_FromLong(-1);
+    call->inner = NULL;
+    call->started = NULL;
+    call->state = state;
+    PyObject_GC_Track(call);
+    return (PyObject *)call;
+}
 
 static PyObject *
 cache_first_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -354,35 +375,45 @@ cache_first_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
 
     if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || nargs < 2 || nargs > 3)
         return PyObject_Vectorcall(self->public_fn, args, nargsf, kwnames);  /* (its errors, its binding) */
-    CacheFirstCall *call = PyObject_GC_New(CacheFirstCall, &CacheFirstCall_Type);
-    if (call == NULL)
-        return NULL;
-    call->owner = (CacheFirst *)Py_NewRef(callable);
-    call->args[0] = Py_NewRef(args[0]);
-    call->args[1] = Py_NewRef(args[1]);
-    call->args[2] = nargs == 3 ? Py_NewRef(args[2]) : PyLong_FromLong(-1);
-    call->inner = NULL;
-    call->state = UNSTARTED;
-    PyObject_GC_Track(call);
-    return (PyObject *)call;
+    return new_call(self, args, nargs, UNSTARTED);
 }
+
+/* cold_call(fd, size, offset): a call whose first step is cold()'s start,
+   without a try (one made already answered Ellipsis). */
+static PyObject *
+cache_first_cold_call(PyObject *callable, PyObject *const *args, Py_ssize_t nargs)
+{
+    CacheFirst *self = (CacheFirst *)callable;
+    if (self->cold == NULL || nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "cold_call(fd, size, offset) is a TRY_READ CacheFirst's with cold");
+        return NULL;
+    }
+    return new_call(self, args, 3, COLD_UNSTARTED);
+}
+
+static PyMethodDef cache_first_methods[] = {
+    {"cold_call", (PyCFunction)(void (*)(void))cache_first_cold_call, METH_FASTCALL,
+     "cold_call(fd, size, offset): the awaitable of a read whose try answered Ellipsis."},
+    {NULL},
+};
 
 static PyObject *
 cache_first_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     int kind;
-    PyObject *public_fn, *rest, *served;
+    PyObject *public_fn, *rest, *served, *cold = NULL, *raised = NULL;
 
     if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
         PyErr_SetString(PyExc_TypeError, "CacheFirst() takes no keyword arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "iOOO:CacheFirst", &kind, &public_fn, &rest, &served))
+    if (!PyArg_ParseTuple(args, "iOOO|OO:CacheFirst", &kind, &public_fn, &rest, &served, &cold, &raised))
         return NULL;
     if ((kind != TRY_READINTO && kind != TRY_READ) || !PyCallable_Check(public_fn) || !PyCallable_Check(rest) ||
-        !PyCallable_Check(served)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "CacheFirst(kind, public, rest, served) needs a known kind and callables");
+        !PyCallable_Check(served) || (cold == NULL) != (raised == NULL) ||
+        (cold != NULL && (kind != TRY_READ || !PyCallable_Check(cold) || !PyCallable_Check(raised)))) {
+        PyErr_SetString(PyExc_ValueError, "CacheFirst(kind, public, rest, served[, cold, raised]) needs a known "
+                                          "kind and callables (cold and raised: TRY_READ's, both or neither)");
         return NULL;
     }
     CacheFirst *self = (CacheFirst *)type->tp_alloc(type, 0);
@@ -393,6 +424,8 @@ cache_first_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->public_fn = Py_NewRef(public_fn);
     self->rest = Py_NewRef(rest);
     self->served = Py_NewRef(served);
+    self->cold = Py_XNewRef(cold);
+    self->raised = Py_XNewRef(raised);
     return (PyObject *)self;
 }
 
@@ -402,6 +435,8 @@ cache_first_traverse(CacheFirst *self, visitproc visit, void *arg)
     Py_VISIT(self->public_fn);
     Py_VISIT(self->rest);
     Py_VISIT(self->served);
+    Py_VISIT(self->cold);
+    Py_VISIT(self->raised);
     Py_VISIT(self->dict);
     return 0;
 }
@@ -412,6 +447,8 @@ cache_first_clear(CacheFirst *self)
     Py_CLEAR(self->public_fn);
     Py_CLEAR(self->rest);
     Py_CLEAR(self->served);
+    Py_CLEAR(self->cold);
+    Py_CLEAR(self->raised);
     Py_CLEAR(self->dict);
     return 0;
 }
@@ -450,6 +487,7 @@ static PyTypeObject CacheFirst_Type = {
     .tp_clear = (inquiry)cache_first_clear,
     .tp_dealloc = (destructor)cache_first_dealloc,
     .tp_getset = cache_first_getset,
+    .tp_methods = cache_first_methods,
     .tp_repr = (reprfunc)cache_first_repr,
 };
 
@@ -458,6 +496,141 @@ reused(void)
 {
     PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
     return NULL;
+}
+
+/* cold_reads[0] += delta (the reads of uncached pages in flight). */
+static void
+cold_count_add(long delta)
+{
+    PyObject *n = PyLong_FromLong(item0(cold_reads) + delta);
+    if (n == NULL || PyList_SetItem(cold_reads, 0, n) < 0)
+        PyErr_WriteUnraisable(cold_reads);  /* (only memory runs out here) */
+}
+
+/* ring.abandon(op) of a cold read's started (ring, op, out, future): the
+   op keeps its pin until its completion, which nobody reads. */
+static void
+cold_abandon(PyObject *started)
+{
+    PyObject *r = PyObject_CallMethodOneArg(PyTuple_GET_ITEM(started, 0), str_abandon, PyTuple_GET_ITEM(started, 1));
+    if (r == NULL)
+        PyErr_WriteUnraisable(started);
+    Py_XDECREF(r);
+}
+
+/* The try answered Ellipsis: cold() starts the ring's read.  Its bytes when
+   it completed at once; else the call waits on the op's future (COLD). */
+static PySendResult
+cold_start(CacheFirstCall *self, PyObject **result)
+{
+    PyObject *started = PyObject_Vectorcall(self->owner->cold, self->args, 3, NULL);
+    if (started == NULL)
+        return PYGEN_ERROR;
+    if (!PyTuple_CheckExact(started)) {
+        *result = started;
+        return PYGEN_RETURN;
+    }
+    PyObject *fut = PyTuple_GET_SIZE(started) == 4 ? PyTuple_GET_ITEM(started, 3) : NULL;
+    unaryfunc await = fut != NULL && Py_TYPE(fut)->tp_as_async != NULL ? Py_TYPE(fut)->tp_as_async->am_await : NULL;
+    if (await == NULL || !PyBytes_CheckExact(PyTuple_GET_ITEM(started, 2))) {
+        PyErr_SetString(PyExc_TypeError, "cold() answers bytes or (ring, op, out bytes, future)");
+        if (fut != NULL)
+            cold_abandon(started);
+        Py_DECREF(started);
+        return PYGEN_ERROR;
+    }
+    self->inner = await(fut);
+    if (self->inner == NULL) {
+        cold_abandon(started);
+        Py_DECREF(started);
+        return PYGEN_ERROR;
+    }
+    self->started = started;
+    self->state = COLD;
+    cold_count_add(1);
+    return PYGEN_NEXT;
+}
+
+/* The end of the wait on a cold read's future (status PYGEN_RETURN: *result
+   the count read; PYGEN_ERROR: an exception set, from the future or thrown
+   in): the bytes read, or raised()'s coroutine, which handles the exception
+   as a coroutine's await of the future would (Ring.settle for a
+   cancellation; the O_DIRECT fallback; else raises it) and counts the read
+   out when it ends. */
+static PySendResult
+cold_end(CacheFirstCall *self, PySendResult status, PyObject **result)
+{
+    PyObject *started = self->started;
+    self->started = NULL;
+    Py_CLEAR(self->inner);
+    self->state = FINISHED;
+    if (status == PYGEN_RETURN) {
+        cold_count_add(-1);
+        PyObject *out = PyTuple_GET_ITEM(started, 2);
+        Py_ssize_t n = PyLong_AsSsize_t(*result);
+        Py_DECREF(*result);
+        if (n < 0 || n > PyBytes_GET_SIZE(out)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_SystemError, "a cold read's future answered a count out of range");
+            Py_DECREF(started);
+            return PYGEN_ERROR;
+        }
+        *result = n == PyBytes_GET_SIZE(out) ? Py_NewRef(out) : PyBytes_FromStringAndSize(PyBytes_AS_STRING(out), n);
+        Py_DECREF(started);
+        return *result == NULL ? PYGEN_ERROR : PYGEN_RETURN;
+    }
+    PyObject *type, *exc, *tb;
+    PyErr_Fetch(&type, &exc, &tb);
+    PyErr_NormalizeException(&type, &exc, &tb);
+    if (tb != NULL && exc != NULL)
+        PyException_SetTraceback(exc, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    if (exc == NULL) {
+        cold_count_add(-1);
+        Py_DECREF(started);
+        return PYGEN_ERROR;
+    }
+    PyObject *args[7] = {PyTuple_GET_ITEM(started, 0), PyTuple_GET_ITEM(started, 1), self->args[0], self->args[1],
+                         self->args[2], PyTuple_GET_ITEM(started, 2), exc};
+    self->inner = PyObject_Vectorcall(self->owner->raised, args, 7, NULL);
+    Py_DECREF(exc);
+    if (self->inner == NULL) {
+        cold_count_add(-1);
+        cold_abandon(started);
+        Py_DECREF(started);
+        return PYGEN_ERROR;
+    }
+    Py_DECREF(started);
+    self->state = DELEGATING;
+    status = PyIter_Send(self->inner, Py_None, result);
+    if (status != PYGEN_NEXT) {
+        self->state = FINISHED;
+        Py_CLEAR(self->inner);
+    }
+    return status;
+}
+
+/* A cold read's step: the future's, then cold_end's. */
+static PySendResult
+cold_step(CacheFirstCall *self, PyObject *arg, PyObject **result)
+{
+    PySendResult status = PyIter_Send(self->inner, arg, result);
+    return status == PYGEN_NEXT ? status : cold_end(self, status, result);
+}
+
+/* close() of a call waiting on a cold read, or its finalization: as
+   GeneratorExit at a coroutine's await of the future (Ring.abandon). */
+static void
+cold_close(CacheFirstCall *self)
+{
+    PyObject *started = self->started;
+    self->started = NULL;
+    Py_CLEAR(self->inner);
+    self->state = FINISHED;
+    cold_count_add(-1);
+    cold_abandon(started);
+    Py_DECREF(started);
 }
 
 /* The first step: the try; served, the result (or served's coroutine when
@@ -470,6 +643,10 @@ call_start(CacheFirstCall *self, PyObject **result)
                                            : try_read(self->args, &yield_due);
     if (tried == NULL)
         return PYGEN_ERROR;
+    if (tried == Py_Ellipsis && self->owner->cold != NULL) {
+        Py_DECREF(tried);
+        return cold_start(self, result);
+    }
     if (kind == TRY_READINTO ? PyLong_AsLong(tried) >= 0 : PyBytes_CheckExact(tried)) {
         if (!yield_due) {
             *result = tried;
@@ -491,16 +668,19 @@ call_start(CacheFirstCall *self, PyObject **result)
 static PySendResult
 call_am_send(CacheFirstCall *self, PyObject *arg, PyObject **result)
 {
-    if (self->state == UNSTARTED) {
+    if (self->state == UNSTARTED || self->state == COLD_UNSTARTED) {
+        int cold = self->state == COLD_UNSTARTED;
         self->state = FINISHED;
         if (arg != Py_None) {
             PyErr_SetString(PyExc_TypeError, "can't send non-None value to a just-started coroutine");
             return PYGEN_ERROR;
         }
-        PySendResult started = call_start(self, result);
+        PySendResult started = cold ? cold_start(self, result) : call_start(self, result);
         if (started != PYGEN_NEXT)
             return started;
     }
+    if (self->state == COLD)
+        return cold_step(self, arg, result);
     if (self->state == FINISHED) {
         reused();
         return PYGEN_ERROR;
@@ -574,12 +754,27 @@ call_forward(CacheFirstCall *self, PyObject *method, PyObject *args)
 static PyObject *
 call_throw(CacheFirstCall *self, PyObject *args)
 {
+    if (self->state == COLD) {
+        /* (the future's iterator raises what is thrown, as the await of it would) */
+        PyObject *bound = PyObject_GetAttr(self->inner, str_throw);
+        PyObject *r = bound == NULL ? NULL : PyObject_Call(bound, args, NULL);
+        Py_XDECREF(bound);
+        if (r != NULL)
+            return r;  /* (never: a future's iterator yields nothing to a throw) */
+        PyObject *result = NULL;
+        PySendResult status = cold_end(self, PYGEN_ERROR, &result);
+        return step_result(status, result);
+    }
     return call_forward(self, str_throw, args);
 }
 
 static PyObject *
 call_close(CacheFirstCall *self, PyObject *unused)
 {
+    if (self->state == COLD) {
+        cold_close(self);
+        Py_RETURN_NONE;
+    }
     if (self->state != DELEGATING) {
         self->state = FINISHED;
         Py_RETURN_NONE;
@@ -606,6 +801,7 @@ call_traverse(CacheFirstCall *self, visitproc visit, void *arg)
     Py_VISIT(self->args[1]);
     Py_VISIT(self->args[2]);
     Py_VISIT(self->inner);
+    Py_VISIT(self->started);
     return 0;
 }
 
@@ -616,14 +812,23 @@ call_clear(CacheFirstCall *self)
     Py_CLEAR(self->args[1]);
     Py_CLEAR(self->args[2]);
     Py_CLEAR(self->inner);
+    Py_CLEAR(self->started);
     return 0;
 }
 
-/* As a native coroutine never awaited: a RuntimeWarning. */
+/* As a native coroutine never awaited: a RuntimeWarning; one dropped while
+   it waits on a cold read: closed. */
 static void
 call_finalize(CacheFirstCall *self)
 {
-    if (self->state != UNSTARTED || self->owner == NULL)
+    if (self->state == COLD && self->started != NULL) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        cold_close(self);
+        PyErr_Restore(type, value, tb);
+        return;
+    }
+    if ((self->state != UNSTARTED && self->state != COLD_UNSTARTED) || self->owner == NULL)
         return;
     self->state = FINISHED;
     PyObject *type, *value, *tb;
@@ -638,7 +843,8 @@ call_finalize(CacheFirstCall *self)
 static void
 call_dealloc(CacheFirstCall *self)
 {
-    if (self->state == UNSTARTED && PyObject_CallFinalizerFromDealloc((PyObject *)self) < 0)
+    if ((self->state == UNSTARTED || self->state == COLD_UNSTARTED || self->state == COLD) &&
+        PyObject_CallFinalizerFromDealloc((PyObject *)self) < 0)
         return;  /* (resurrected) */
     PyObject_GC_UnTrack(self);
     call_clear(self);
@@ -711,7 +917,8 @@ aior_fileops_add(PyObject *module)
 {
     str_throw = PyUnicode_InternFromString("throw");
     str_close = PyUnicode_InternFromString("close");
-    if (str_throw == NULL || str_close == NULL)
+    str_abandon = PyUnicode_InternFromString("abandon");
+    if (str_throw == NULL || str_close == NULL || str_abandon == NULL)
         return -1;
     if (PyType_Ready(&CacheFirst_Type) < 0 || PyType_Ready(&CacheFirstCall_Type) < 0)
         return -1;

@@ -50,15 +50,25 @@
  *               to size_max - 1, an int offset of 0 or more, nothing owed;
  *    None       not tried: policy's.
  *
- * CacheFirst(kind, public, rest, served)  A coroutine function (aioring.read and
- *  readinto) whose call returns a coroutine-like object (CacheFirstCall)
- *  without a Python frame; awaited, its first step is the try of its kind
- *  (TRY_READINTO: readinto_cached's, TRY_READ: read_cached's) on the call's
- *  (fd, buffer or size, offset), made also when a yield is due.  A hit (an
- *  int of 0 or more; bytes) is its result at once, or, when a yield is due
- *  (then not counted in unyielded[0]), served(result)'s to count and yield;
- *  any other answer goes to rest(fd, x, offset, answer).  It delegates send,
- *  throw and close to the Python coroutine it goes on in.  A call
+ * CacheFirst(kind, public, rest, served[, cold, raised])  A coroutine
+ *  function (aioring.read and readinto) whose call returns a coroutine-like
+ *  object (CacheFirstCall) without a Python frame; awaited, its first step
+ *  is the try of its kind (TRY_READINTO: readinto_cached's, TRY_READ:
+ *  read_cached's) on the call's (fd, buffer or size, offset), made also
+ *  when a yield is due.  A hit (an int of 0 or more; bytes) is its result
+ *  at once, or, when a yield is due (then not counted in unyielded[0]),
+ *  served(result)'s to count and yield; any other answer goes to rest(fd,
+ *  x, offset, answer).  It delegates send, throw and close to the Python
+ *  coroutine it goes on in.  With cold (TRY_READ only), an Ellipsis goes to
+ *  cold(fd, size, offset) instead, which starts the ring's read: its bytes
+ *  (completed at once) are the result, or it answers (ring, op, out,
+ *  future) and the call waits on the future itself, counted in
+ *  cold_reads[0] meanwhile; the future's count n gives out (or its first n
+ *  bytes).  An exception the future raises or that is thrown in goes to
+ *  raised(ring, op, fd, size, offset, out, exc), the coroutine it goes on
+ *  in (which counts the read out); closed or finalized while it waits, it
+ *  calls ring.abandon(op) and counts the read out.  cold_call(fd, size,
+ *  offset) is a call whose first step is cold's (its try made already).  A call
  *  with keywords or not 2 or 3 arguments is public's own call (its binding,
  *  its errors).  Otherwise as public's coroutine: reused after the end it
  *  raises RuntimeError, never awaited it warns, thrown into or closed before

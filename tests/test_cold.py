@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import itertools
 import mmap
 import os
@@ -274,6 +275,78 @@ async def test_fd_reused_by_direct_while_reads_back_off(cold_file):
     finally:
         os.close(fd2)
         os.close(other)
+
+
+@pytest.mark.parametrize("how", ["cancelled", "closed", "dropped"])
+@pytest.mark.parametrize("call", ["core", "python"])
+async def test_a_read_straight_to_the_ring_cancelled_closed_or_dropped(cold_file, how, call):
+    """Reads the core sends straight to the ring (their fd's tries missed,
+    other reads of uncached pages in flight; the core's call of read(), or
+    the Python function's), stopped while the disk reads: cancelled, each
+    ends with CancelledError or, when the kernel's read won the race, with
+    what os.pread returns; closed or dropped unfinished, the ring keeps the
+    buffer until its read completes.  The count of such reads in flight
+    comes back each time."""
+    path, content = cold_file
+    read = aioring.read if call == "core" else aioring.read.__wrapped__
+    offsets = [(i * 7919) % (SIZE // 4096 - 1) * 4096 for i in range(8)]
+    fd = os.open(path, os.O_RDONLY)
+    _ops._flags_looked_up(fd)  # (not what an earlier file at this fd number was)
+    for _ in range(3):
+        _ops.cache_missed(fd)
+    _ops._cold_reads[0] += 1  # (as if another read waited for the disk)
+    try:
+        drop(path)
+        if how == "cancelled":
+            tasks = [asyncio.ensure_future(read(fd, 4096, off)) for off in offsets]
+            await asyncio.sleep(0)  # (each task's first step: its read started)
+            assert _ops._cold_reads[0] == 1 + len(offsets)
+            for task in tasks:
+                task.cancel()
+            got = await asyncio.gather(*tasks, return_exceptions=True)
+            for result, off in zip(got, offsets, strict=True):
+                assert isinstance(result, asyncio.CancelledError) or result == content[off:off + 4096]
+        else:
+            futures = []
+            for off in offsets:
+                coro = read(fd, 4096, off)
+                try:
+                    fut = coro.send(None)  # (its read started: it waits on the op's future)
+                except StopIteration as done:  # (read at once: its pages came in by readahead)
+                    assert done.value == content[off:off + 4096]
+                    continue
+                assert isinstance(fut, asyncio.Future) and not fut.done()
+                futures.append(fut)
+                if how == "closed":
+                    coro.close()
+                del coro
+                gc.collect()
+            assert _ops._cold_reads[0] == 1
+            await asyncio.wait(futures)  # (the reads end in the kernel, their outcome swallowed)
+        assert _ops._cold_reads[0] == 1
+    finally:
+        _ops._cold_reads[0] -= 1
+        os.close(fd)
+
+
+async def test_a_direct_read_closed_while_the_disk_reads(cold_file):
+    """read() of an O_DIRECT fd (into an aligned buffer of its own) closed
+    unfinished: nothing raised, the ring keeps the buffer until its read
+    completes."""
+    path, content = cold_file
+    fd = open_direct(path)
+    try:
+        coro = aioring.read(fd, 4096, 0)
+        try:
+            fut = coro.send(None)
+        except StopIteration as done:  # (the device answered within the submit)
+            assert done.value == content[:4096]
+            return
+        assert isinstance(fut, asyncio.Future) and not fut.done()
+        coro.close()
+        await asyncio.wait([fut])
+    finally:
+        os.close(fd)
 
 
 async def test_a_file_opened_at_a_missed_fd_number_is_tried_from_the_cache(cold_file, disk_dir, monkeypatch):
