@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import errno
 import functools
+import inspect
 import itertools
 import os
 import socket
@@ -37,9 +38,10 @@ import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from asyncio import staggered
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._channel import _ECANCELED, _Receiver
+from ._core import ReadExactly
 from ._channel import _Channel as _Channel  # noqa: PLC0414  (re-exported: the TLS layer names it from here)
 from ._binding import MSG_WAITALL, AcceptRequest, prep_accept, prep_poll
 from ._net import check_socket, sock_connect
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = ["Server", "StreamReader", "StreamWriter", "open_connection", "open_pipe_reader",
            "open_pipe_writer", "open_unix_connection", "start_server", "start_unix_server"]
 
+_F = TypeVar("_F", bound=Callable[..., Any])
 _DEFAULT_LIMIT = 2**16  # asyncio's
 # readinto and readinto_exactly receive requests this small into the stream's
 # buffer (which may bring the next frame's bytes along, in one receive) and
@@ -63,6 +66,19 @@ _WAITALL = MSG_WAITALL
 _POLLIN = 1
 # Errors of a peer that went away: they end the stream quietly.
 _PEER_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
+def _small_in_core(method: _F) -> _F:
+    """readinto_exactly as the core's ReadExactly (src/streamread.h): a small
+    read of a ring stream without TLS takes this method's small path in C,
+    with no coroutine frame; every other call is the method's own.  Name,
+    docstring and signature are the method's, and
+    asyncio.iscoroutinefunction() says True for it, as for the method."""
+    fast = functools.update_wrapper(ReadExactly(method, _READ_AHEAD, asyncio.IncompleteReadError), method)
+    fast._is_coroutine = asyncio.coroutines._is_coroutine  # type: ignore[attr-defined]
+    if hasattr(inspect, "markcoroutinefunction"):  # (Python 3.12 on)
+        inspect.markcoroutinefunction(fast)
+    return fast  # type: ignore[return-value]
 
 
 class _Busy:
@@ -278,6 +294,7 @@ class StreamReader(asyncio.StreamReader):
             self.feed_eof()
         return got
 
+    @_small_in_core
     async def readinto_exactly(self, buf: Any) -> int:
         """Fill all of `buf` and return its length, or raise
         asyncio.IncompleteReadError (with the bytes received) at EOF.

@@ -8,6 +8,7 @@
 #include "treecopy.h"
 #include "newfile.h"
 #include "flush.h"
+#include "streamread.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -1334,7 +1335,8 @@ PyInit__core(void)
     if (m == NULL)
         return NULL;
     if (aior_channel_add_types(m) < 0 || aior_fileops_add(m) < 0 || aior_wholefile_add(m) < 0 ||
-        aior_treecopy_add(m) < 0 || aior_newfile_add(m) < 0 || aior_flush_add_types(m) < 0) {
+        aior_treecopy_add(m) < 0 || aior_newfile_add(m) < 0 || aior_flush_add_types(m) < 0 ||
+        aior_streamread_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -568,7 +568,7 @@ cold_end(CacheFirstCall *self, PySendResult status, PyObject **result)
         cold_count_add(-1);
         PyObject *out = PyTuple_GET_ITEM(started, 2);
         Py_ssize_t n = PyLong_AsSsize_t(*result);
-        Py_DECREF(*result);
+        Py_CLEAR(*result);
         if (n < 0 || n > PyBytes_GET_SIZE(out)) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_SystemError, "a cold read's future answered a count out of range");
@@ -665,8 +665,22 @@ call_start(CacheFirstCall *self, PyObject **result)
     return PYGEN_NEXT;
 }
 
+static PySendResult call_step(CacheFirstCall *self, PyObject *arg, PyObject **result);
+
+/* am_send: a step, whose error leaves no result behind (a task takes a
+   result beside an error for a return). */
 static PySendResult
 call_am_send(CacheFirstCall *self, PyObject *arg, PyObject **result)
+{
+    *result = NULL;
+    PySendResult status = call_step(self, arg, result);
+    if (status == PYGEN_ERROR)
+        *result = NULL;
+    return status;
+}
+
+static PySendResult
+call_step(CacheFirstCall *self, PyObject *arg, PyObject **result)
 {
     if (self->state == UNSTARTED || self->state == COLD_UNSTARTED) {
         int cold = self->state == COLD_UNSTARTED;

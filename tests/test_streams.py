@@ -706,6 +706,82 @@ async def test_a_read_cancelled_after_bytes_arrived_leaves_them_buffered(socks, 
     await _close(writer)
 
 
+# ------------------------------------------- readinto_exactly in the core
+async def test_readinto_exactly_is_a_coroutine_method_like_its_python_one(socks):
+    """StreamReader.readinto_exactly (the core's ReadExactly, whose small
+    reads run without a Python frame) looks and behaves as the coroutine
+    method it stands for: name, docstring, signature, keyword calls, a
+    coroutine that asyncio takes, that nothing runs before it is awaited,
+    that cannot be awaited twice and that warns when never awaited; thrown
+    into or closed while it waits, it lets the reader's waiter go and leaves
+    the buffered bytes alone; the buffers it does not take get the Python
+    method's errors."""
+    import inspect
+    import warnings
+    from aioring._streams import StreamReader
+    public = StreamReader.readinto_exactly
+    python = public.__wrapped__
+    assert (public.__name__, public.__qualname__, public.__doc__, public.__module__) == \
+        (python.__name__, python.__qualname__, python.__doc__, python.__module__)
+    assert inspect.signature(public) == inspect.signature(python)
+    assert asyncio.iscoroutinefunction(public) and asyncio.iscoroutinefunction(python)
+    a, b = _tcp_pair(socks)
+    reader, writer = await _streams("aioring", a)
+    try:
+        for method in (reader.readinto_exactly, functools.partial(python, reader)):
+            b.sendall(b"abcdef")
+            buf = bytearray(3)
+            assert await method(buf=buf) == 3 and buf == b"abc"
+            coro = method(buf)
+            assert asyncio.iscoroutine(coro)
+            with pytest.raises(StopIteration) as stop:
+                coro.send(None)
+            assert stop.value.value == 3 and buf == b"def"
+            with pytest.raises(RuntimeError, match="cannot reuse already awaited coroutine"):
+                coro.send(None)
+            for stop_how in ("throw", "close"):
+                coro = method(buf)
+                waiter = coro.send(None)  # (nothing buffered: it waits)
+                assert isinstance(waiter, asyncio.Future) and reader._waiter is waiter
+                if stop_how == "throw":
+                    with pytest.raises(KeyError):
+                        coro.throw(KeyError("thrown"))
+                else:
+                    coro.close()
+                assert reader._waiter is None
+            coro = method(buf)
+            with pytest.raises(KeyError):
+                coro.throw(KeyError("thrown"))  # (before its first step: nothing runs)
+            method(buf).close()  # (closed unstarted: no warning)
+            b.sendall(b"ghi")
+            view = memoryview(bytearray(5))
+            task = asyncio.ensure_future(method(view[1:4]))
+            assert await task == 3 and view.tobytes() == b"\0ghi\0"
+            b.sendall(bytes(range(8)))
+            ints = memoryview(bytearray(8)).cast("i")  # (not the small path's: the method's own)
+            assert await method(ints) == 8 and ints.tobytes() == bytes(range(8))
+        released = memoryview(bytearray(3))
+        released.release()
+        for bad in (b"xyz", memoryview(b"xyz"), released, "xyz"):
+            errors = []
+            for method in (reader.readinto_exactly, functools.partial(python, reader)):
+                with pytest.raises(Exception) as info:
+                    await method(bad)
+                errors.append((type(info.value), str(info.value)))
+            assert errors[0] == errors[1], bad
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            reader.readinto_exactly(bytearray(1))
+            python(reader, bytearray(1))
+            gc.collect()
+        assert [str(w.message) for w in caught if w.category is RuntimeWarning] == \
+            ["coroutine 'StreamReader.readinto_exactly' was never awaited"] * 2
+        b.sendall(b"j")
+        assert await reader.read(10) == b"j"  # (nothing of it was taken by the stopped reads)
+    finally:
+        await _close(writer)
+
+
 # ----------------------------------------------------- incomplete reads
 @pytest.mark.parametrize("arrival", ["nothing", "buffered", "received", "both"])
 @pytest.mark.parametrize("impl", IMPLS)

@@ -1,0 +1,616 @@
+/* aioring._core's readinto_exactly of a small buffer (see streamread.h). */
+#define PY_SSIZE_T_CLEAN
+#include "streamread.h"
+
+#include <stddef.h>
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *public_fn;    /* the Python method it stands for */
+    PyObject *incomplete;   /* asyncio.IncompleteReadError */
+    Py_ssize_t read_ahead;  /* buffers of this size or more are public's */
+    PyObject *dict;         /* its attributes (functools.update_wrapper's) */
+} ReadExactly;
+
+enum { UNSTARTED, WAITING, DELEGATING, FINISHED };
+
+typedef struct {
+    PyObject_HEAD
+    ReadExactly *owner;
+    PyObject *reader, *buf;
+    PyObject *buffered;     /* the reader's _buffer, from the first step on */
+    PyObject *inner;        /* what it waits on (WAITING), or public's coroutine (DELEGATING) */
+    Py_ssize_t n;
+    int state;
+} ReadExactlyCall;
+
+static PyTypeObject ReadExactly_Type, ReadExactlyCall_Type;
+static PyObject *str_tls, *str_rx, *str_exception, *str_buffer, *str_eof, *str_waiter, *str_arrival,
+    *str_name, *str_throw, *str_close, *everything;
+
+/* ------------------------------------------------------------ ReadExactly */
+
+static PyObject *
+read_exactly_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    ReadExactly *self = (ReadExactly *)callable;
+    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || PyVectorcall_NARGS(nargsf) != 2)
+        return PyObject_Vectorcall(self->public_fn, args, nargsf, kwnames);  /* (its errors, its binding) */
+    ReadExactlyCall *call = PyObject_GC_New(ReadExactlyCall, &ReadExactlyCall_Type);
+    if (call == NULL)
+        return NULL;
+    call->owner = (ReadExactly *)Py_NewRef(callable);
+    call->reader = Py_NewRef(args[0]);
+    call->buf = Py_NewRef(args[1]);
+    call->buffered = NULL;
+    call->inner = NULL;
+    call->n = 0;
+    call->state = UNSTARTED;
+    PyObject_GC_Track(call);
+    return (PyObject *)call;
+}
+
+static PyObject *
+read_exactly_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *public_fn, *incomplete;
+    Py_ssize_t read_ahead;
+
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "ReadExactly() takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OnO:ReadExactly", &public_fn, &read_ahead, &incomplete))
+        return NULL;
+    if (!PyCallable_Check(public_fn) || !PyCallable_Check(incomplete)) {
+        PyErr_SetString(PyExc_ValueError, "ReadExactly(public, read_ahead, incomplete) needs callables");
+        return NULL;
+    }
+    ReadExactly *self = (ReadExactly *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = read_exactly_vectorcall;
+    self->public_fn = Py_NewRef(public_fn);
+    self->incomplete = Py_NewRef(incomplete);
+    self->read_ahead = read_ahead;
+    return (PyObject *)self;
+}
+
+/* As a function's: bound to an instance, a method. */
+static PyObject *
+read_exactly_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static int
+read_exactly_traverse(ReadExactly *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->public_fn);
+    Py_VISIT(self->incomplete);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+read_exactly_clear(ReadExactly *self)
+{
+    Py_CLEAR(self->public_fn);
+    Py_CLEAR(self->incomplete);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+read_exactly_dealloc(ReadExactly *self)
+{
+    PyObject_GC_UnTrack(self);
+    read_exactly_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+read_exactly_repr(ReadExactly *self)
+{
+    return PyObject_Repr(self->public_fn);
+}
+
+static PyGetSetDef read_exactly_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict},
+    {NULL},
+};
+
+static PyTypeObject ReadExactly_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aioring._core.ReadExactly",
+    .tp_basicsize = sizeof(ReadExactly),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "ReadExactly(public, read_ahead, incomplete): a coroutine method whose small reads run in C "
+              "(see streamread.h).",
+    .tp_new = read_exactly_new,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(ReadExactly, vectorcall),
+    .tp_descr_get = read_exactly_get,
+    .tp_dictoffset = offsetof(ReadExactly, dict),
+    .tp_traverse = (traverseproc)read_exactly_traverse,
+    .tp_clear = (inquiry)read_exactly_clear,
+    .tp_dealloc = (destructor)read_exactly_dealloc,
+    .tp_getset = read_exactly_getset,
+    .tp_repr = (reprfunc)read_exactly_repr,
+};
+
+/* -------------------------------------------------------- ReadExactlyCall */
+
+/* The length of buf when the small path takes it (a bytearray, or a
+   writable one-dimensional C-contiguous memoryview of format "B"), else -1;
+   no exception either way. */
+static Py_ssize_t
+small_length(PyObject *buf)
+{
+    if (PyByteArray_CheckExact(buf))
+        return PyByteArray_GET_SIZE(buf);
+    if (!PyMemoryView_Check(buf))
+        return -1;
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+        PyErr_Clear();  /* (released, read-only: public's errors) */
+        return -1;
+    }
+    Py_ssize_t n = -1;
+    if (view.ndim == 1 && view.format != NULL && strcmp(view.format, "B") == 0 && PyBuffer_IsContiguous(&view, 'C'))
+        n = view.len;
+    PyBuffer_Release(&view);
+    return n;
+}
+
+/* reader.<name> is not None: 1, 0, or -1 with an exception set. */
+static int
+attr_set(PyObject *reader, PyObject *name)
+{
+    PyObject *value = PyObject_GetAttr(reader, name);
+    if (value == NULL)
+        return -1;
+    int set = value != Py_None;
+    Py_DECREF(value);
+    return set;
+}
+
+/* reader._waiter = None, keeping any exception set meanwhile: 0, or -1
+   with the setter's exception set (when none was). */
+static int
+unset_waiter(PyObject *reader)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    int ret = PyObject_SetAttr(reader, str_waiter, Py_None);
+    if (type != NULL) {
+        if (ret < 0)
+            PyErr_WriteUnraisable(reader);
+        PyErr_Restore(type, value, tb);
+        return -1;
+    }
+    return ret;
+}
+
+/* buf[:] = the buffer's first n bytes, which leave it (as public does). */
+static int
+take(ReadExactlyCall *self)
+{
+    PyObject *part = PyByteArray_GET_SIZE(self->buffered) == self->n
+                         ? Py_NewRef(self->buffered)
+                         : PySequence_GetSlice(self->buffered, 0, self->n);
+    if (part == NULL)
+        return -1;
+    int ret = PyObject_SetItem(self->buf, everything, part);
+    Py_DECREF(part);
+    if (ret < 0)
+        return -1;
+    if (PyByteArray_GET_SIZE(self->buffered) == self->n)
+        return PyByteArray_Resize(self->buffered, 0);
+    return PySequence_DelSlice(self->buffered, 0, self->n);
+}
+
+static PySendResult wait_ended(ReadExactlyCall *self, PySendResult status, PyObject **result);
+
+/* The small path's loop: the buffer holds n bytes (the result), or an EOF
+   ends it, or it waits (WAITING, its first yield in *result). */
+static PySendResult
+fill(ReadExactlyCall *self, PyObject **result)
+{
+    while (PyByteArray_GET_SIZE(self->buffered) < self->n) {
+        PyObject *eof = PyObject_GetAttr(self->reader, str_eof);
+        int at_eof = eof == NULL ? -1 : PyObject_IsTrue(eof);
+        Py_XDECREF(eof);
+        if (at_eof < 0)
+            return PYGEN_ERROR;
+        if (at_eof) {
+            PyObject *partial = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(self->buffered),
+                                                          PyByteArray_GET_SIZE(self->buffered));
+            if (partial == NULL || PyByteArray_Resize(self->buffered, 0) < 0) {
+                Py_XDECREF(partial);
+                return PYGEN_ERROR;
+            }
+            PyObject *exc = PyObject_CallFunction(self->owner->incomplete, "Nn", partial, self->n);
+            if (exc != NULL) {
+                PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+                Py_DECREF(exc);
+            }
+            return PYGEN_ERROR;
+        }
+        PyObject *waiter = PyObject_CallMethodOneArg(self->reader, str_arrival, str_name);
+        if (waiter == NULL)
+            return PYGEN_ERROR;
+        if (waiter == Py_None) {
+            Py_DECREF(waiter);
+            continue;
+        }
+        if (PyCoro_CheckExact(waiter)) {
+            self->inner = waiter;
+        } else {
+            unaryfunc await = Py_TYPE(waiter)->tp_as_async != NULL ? Py_TYPE(waiter)->tp_as_async->am_await : NULL;
+            if (await == NULL)
+                PyErr_Format(PyExc_TypeError, "_arrival() answered %.100s, not an awaitable", Py_TYPE(waiter)->tp_name);
+            self->inner = await == NULL ? NULL : await(waiter);
+            Py_DECREF(waiter);
+            if (self->inner == NULL) {
+                unset_waiter(self->reader);  /* (the error stays the one set) */
+                return PYGEN_ERROR;
+            }
+        }
+        self->state = WAITING;
+        PySendResult status = PyIter_Send(self->inner, Py_None, result);
+        if (status == PYGEN_NEXT)
+            return status;
+        return wait_ended(self, status, result);
+    }
+    self->state = FINISHED;
+    if (take(self) < 0)
+        return PYGEN_ERROR;
+    *result = PyLong_FromSsize_t(self->n);
+    return *result == NULL ? PYGEN_ERROR : PYGEN_RETURN;
+}
+
+/* The wait ended (status, as PyIter_Send's): reader._waiter = None, then
+   the loop again, or the wait's exception. */
+static PySendResult
+wait_ended(ReadExactlyCall *self, PySendResult status, PyObject **result)
+{
+    Py_CLEAR(self->inner);
+    self->state = FINISHED;
+    if (status == PYGEN_RETURN)
+        Py_CLEAR(*result);
+    if (unset_waiter(self->reader) < 0 || status == PYGEN_ERROR)
+        return PYGEN_ERROR;
+    return fill(self, result);
+}
+
+/* The first step: the small path's, or public's coroutine's. */
+static PySendResult
+start(ReadExactlyCall *self, PyObject **result)
+{
+    Py_ssize_t n = small_length(self->buf);
+    int small = n >= 0 && n < self->owner->read_ahead;
+    if (small) {
+        int tls = attr_set(self->reader, str_tls);
+        int rx = tls == 0 ? attr_set(self->reader, str_rx) : 0;
+        if (tls < 0 || rx < 0)
+            return PYGEN_ERROR;
+        small = !tls && rx;
+    }
+    if (!small) {
+        PyObject *args[2] = {self->reader, self->buf};
+        self->inner = PyObject_Vectorcall(self->owner->public_fn, args, 2, NULL);
+        if (self->inner == NULL)
+            return PYGEN_ERROR;
+        self->state = DELEGATING;
+        PySendResult status = PyIter_Send(self->inner, Py_None, result);
+        if (status != PYGEN_NEXT) {
+            self->state = FINISHED;
+            Py_CLEAR(self->inner);
+        }
+        return status;
+    }
+    PyObject *exc = PyObject_GetAttr(self->reader, str_exception);
+    if (exc == NULL)
+        return PYGEN_ERROR;
+    if (exc != Py_None) {
+        if (PyExceptionInstance_Check(exc))
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        else
+            PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
+        Py_DECREF(exc);
+        return PYGEN_ERROR;
+    }
+    Py_DECREF(exc);
+    self->buffered = PyObject_GetAttr(self->reader, str_buffer);
+    if (self->buffered == NULL)
+        return PYGEN_ERROR;
+    if (!PyByteArray_Check(self->buffered)) {
+        PyErr_SetString(PyExc_TypeError, "a stream reader's _buffer is a bytearray");
+        return PYGEN_ERROR;
+    }
+    self->n = n;
+    return fill(self, result);
+}
+
+static PyObject *
+reused(void)
+{
+    PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+    return NULL;
+}
+
+static PySendResult step(ReadExactlyCall *self, PyObject *arg, PyObject **result);
+
+/* am_send: a step, whose error leaves no result behind (a task takes a
+   result beside an error for a return). */
+static PySendResult
+call_am_send(ReadExactlyCall *self, PyObject *arg, PyObject **result)
+{
+    *result = NULL;
+    PySendResult status = step(self, arg, result);
+    if (status == PYGEN_ERROR)
+        *result = NULL;
+    return status;
+}
+
+static PySendResult
+step(ReadExactlyCall *self, PyObject *arg, PyObject **result)
+{
+    switch (self->state) {
+    case UNSTARTED:
+        self->state = FINISHED;
+        if (arg != Py_None) {
+            PyErr_SetString(PyExc_TypeError, "can't send non-None value to a just-started coroutine");
+            return PYGEN_ERROR;
+        }
+        return start(self, result);
+    case WAITING: {
+        PySendResult status = PyIter_Send(self->inner, arg, result);
+        return status == PYGEN_NEXT ? status : wait_ended(self, status, result);
+    }
+    case DELEGATING: {
+        PySendResult status = PyIter_Send(self->inner, arg, result);
+        if (status != PYGEN_NEXT) {
+            self->state = FINISHED;
+            Py_CLEAR(self->inner);
+        }
+        return status;
+    }
+    default:
+        reused();
+        return PYGEN_ERROR;
+    }
+}
+
+/* A step's answer as a method's: a yielded value, or StopIteration(value). */
+static PyObject *
+step_result(PySendResult status, PyObject *result)
+{
+    if (status != PYGEN_RETURN)
+        return status == PYGEN_NEXT ? result : NULL;
+    PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, result);
+    Py_DECREF(result);
+    if (stop != NULL) {
+        PyErr_SetObject(PyExc_StopIteration, stop);
+        Py_DECREF(stop);
+    }
+    return NULL;
+}
+
+static PyObject *
+call_send(ReadExactlyCall *self, PyObject *arg)
+{
+    PyObject *result = NULL;
+    PySendResult status = call_am_send(self, arg, &result);
+    return step_result(status, result);
+}
+
+static PyObject *
+call_iternext(ReadExactlyCall *self)
+{
+    return call_send(self, Py_None);
+}
+
+/* inner.<method>(*args): its answer, as a step's (PYGEN_RETURN: it ended,
+   StopIteration's value in *result). */
+static PySendResult
+inner_call(PyObject *inner, PyObject *method, PyObject *args, PyObject **result)
+{
+    PyObject *bound = PyObject_GetAttr(inner, method);
+    *result = bound == NULL ? NULL : PyObject_Call(bound, args, NULL);
+    Py_XDECREF(bound);
+    if (*result != NULL)
+        return PYGEN_NEXT;
+    if (!PyErr_ExceptionMatches(PyExc_StopIteration))
+        return PYGEN_ERROR;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    *result = value != NULL ? PyObject_GetAttrString(value, "value") : Py_NewRef(Py_None);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return *result == NULL ? PYGEN_ERROR : PYGEN_RETURN;
+}
+
+/* throw() and close(): while it waits, the awaitable's first (what it
+   answers by yielding goes on; its end goes on in the loop); while
+   DELEGATING, public's coroutine's; otherwise those of an unstarted
+   coroutine of public, which ends as a native one does (the exception
+   raised, nothing run). */
+static PyObject *
+call_forward(ReadExactlyCall *self, PyObject *method, PyObject *args)
+{
+    PyObject *result = NULL;
+    if (self->state == WAITING) {
+        PySendResult status = inner_call(self->inner, method, args, &result);
+        if (status == PYGEN_NEXT && method == str_throw)
+            return result;
+        if (method == str_close) {
+            Py_XDECREF(result);
+            Py_CLEAR(self->inner);
+            self->state = FINISHED;
+            if (unset_waiter(self->reader) < 0 || status == PYGEN_ERROR)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+        return step_result(wait_ended(self, status, &result), result);
+    }
+    PyObject *target = self->inner;
+    self->inner = NULL;
+    int delegating = self->state == DELEGATING;
+    self->state = FINISHED;
+    if (!delegating) {
+        if (method == str_close)
+            Py_RETURN_NONE;
+        PyObject *cargs[2] = {self->reader, self->buf};
+        target = PyObject_Vectorcall(self->owner->public_fn, cargs, 2, NULL);
+        if (target == NULL)
+            return NULL;
+    }
+    PyObject *bound = PyObject_GetAttr(target, method);
+    result = bound == NULL ? NULL : PyObject_Call(bound, args, NULL);
+    Py_XDECREF(bound);
+    if (result != NULL && method == str_throw) {
+        self->inner = target;
+        self->state = DELEGATING;
+        return result;
+    }
+    Py_DECREF(target);
+    return result;
+}
+
+static PyObject *
+call_throw(ReadExactlyCall *self, PyObject *args)
+{
+    return call_forward(self, str_throw, args);
+}
+
+static PyObject *
+call_close(ReadExactlyCall *self, PyObject *unused)
+{
+    PyObject *none = PyTuple_New(0);
+    if (none == NULL)
+        return NULL;
+    PyObject *result = call_forward(self, str_close, none);
+    Py_DECREF(none);
+    return result;
+}
+
+static PyObject *
+call_await(ReadExactlyCall *self)
+{
+    return Py_NewRef(self);
+}
+
+static int
+call_traverse(ReadExactlyCall *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->owner);
+    Py_VISIT(self->reader);
+    Py_VISIT(self->buf);
+    Py_VISIT(self->buffered);
+    Py_VISIT(self->inner);
+    return 0;
+}
+
+static int
+call_clear(ReadExactlyCall *self)
+{
+    Py_CLEAR(self->reader);
+    Py_CLEAR(self->buf);
+    Py_CLEAR(self->buffered);
+    Py_CLEAR(self->inner);
+    return 0;
+}
+
+/* As a native coroutine: never awaited, a RuntimeWarning; dropped while it
+   waits, closed. */
+static void
+call_finalize(ReadExactlyCall *self)
+{
+    if ((self->state != UNSTARTED && self->state != WAITING) || self->owner == NULL || self->reader == NULL)
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (self->state == WAITING) {
+        PyObject *r = call_close(self, NULL);
+        if (r == NULL)
+            PyErr_WriteUnraisable((PyObject *)self);
+        Py_XDECREF(r);
+    } else {
+        self->state = FINISHED;
+        PyObject *name = PyObject_GetAttrString(self->owner->public_fn, "__qualname__");
+        if (name == NULL || PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "coroutine '%S' was never awaited", name) < 0)
+            PyErr_WriteUnraisable((PyObject *)self);
+        Py_XDECREF(name);
+    }
+    PyErr_Restore(type, value, tb);
+}
+
+static void
+call_dealloc(ReadExactlyCall *self)
+{
+    if ((self->state == UNSTARTED || self->state == WAITING) &&
+        PyObject_CallFinalizerFromDealloc((PyObject *)self) < 0)
+        return;  /* (resurrected) */
+    PyObject_GC_UnTrack(self);
+    call_clear(self);
+    Py_CLEAR(self->owner);
+    PyObject_GC_Del(self);
+}
+
+static PyMethodDef call_methods[] = {
+    {"send", (PyCFunction)call_send, METH_O, "send(value): as a coroutine's."},
+    {"throw", (PyCFunction)call_throw, METH_VARARGS, "throw(exc): as a coroutine's."},
+    {"close", (PyCFunction)call_close, METH_NOARGS, "close(): as a coroutine's."},
+    {NULL},
+};
+
+static PyAsyncMethods call_as_async = {
+    .am_await = (unaryfunc)call_await,
+    .am_send = (sendfunc)call_am_send,
+};
+
+static PyTypeObject ReadExactlyCall_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aioring._core.ReadExactlyCall",
+    .tp_basicsize = sizeof(ReadExactlyCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A ReadExactly call's coroutine: the small path in C, or public's coroutine.",
+    .tp_as_async = &call_as_async,
+    .tp_iternext = (iternextfunc)call_iternext,
+    .tp_traverse = (traverseproc)call_traverse,
+    .tp_clear = (inquiry)call_clear,
+    .tp_finalize = (destructor)call_finalize,
+    .tp_dealloc = (destructor)call_dealloc,
+    .tp_methods = call_methods,
+};
+
+int
+aior_streamread_add(PyObject *module)
+{
+    str_tls = PyUnicode_InternFromString("_tls");
+    str_rx = PyUnicode_InternFromString("_rx");
+    str_exception = PyUnicode_InternFromString("_exception");
+    str_buffer = PyUnicode_InternFromString("_buffer");
+    str_eof = PyUnicode_InternFromString("_eof");
+    str_waiter = PyUnicode_InternFromString("_waiter");
+    str_arrival = PyUnicode_InternFromString("_arrival");
+    str_name = PyUnicode_InternFromString("readinto_exactly");
+    str_throw = PyUnicode_InternFromString("throw");
+    str_close = PyUnicode_InternFromString("close");
+    everything = PySlice_New(NULL, NULL, NULL);
+    if (str_tls == NULL || str_rx == NULL || str_exception == NULL || str_buffer == NULL || str_eof == NULL ||
+        str_waiter == NULL || str_arrival == NULL || str_name == NULL || str_throw == NULL || str_close == NULL ||
+        everything == NULL)
+        return -1;
+    if (PyType_Ready(&ReadExactly_Type) < 0 || PyType_Ready(&ReadExactlyCall_Type) < 0)
+        return -1;
+    return PyModule_AddObjectRef(module, "ReadExactly", (PyObject *)&ReadExactly_Type);
+}
