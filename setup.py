@@ -4,7 +4,8 @@ Two compiled modules: the cffi binding (aioring._liburing, C in src/binding.*,
 built by _build_cffi.py) and the core (aioring._core, C in src/; its seam is
 src/core.h; src/channel.h is its stream targets', src/fileops.h its page-cache
 reads', src/wholefile.h its read of a whole file, src/flush.h its flush of
-a loop iteration, src/streamread.h a stream reader's small readinto_exactly).  Every extension module
+a loop iteration, src/streamread.h a stream reader's small readinto_exactly,
+src/awaitable.h what the core's C awaitables share).  Every extension module
 takes its compile and link arguments from
 _build_liburing.extension_args(), so that one setting
 (AIORING_LIBURING=static|shared) applies to all of them.
@@ -25,8 +26,10 @@ setup(
     cffi_modules=["_build_cffi.py:ffibuilder"],
     ext_modules=[Extension("aioring._core", sources=["src/core.c", "src/channel.c", "src/fileops.c",
                                                           "src/wholefile.c", "src/flush.c", "src/treecopy.c",
-                                                          "src/newfile.c", "src/streamread.c"],
+                                                          "src/newfile.c", "src/streamread.c",
+                                                          "src/awaitable.c"],
                            depends=["src/core.h", "src/channel.h", "src/fileops.h", "src/wholefile.h",
-                                    "src/flush.h", "src/treecopy.h", "src/newfile.h", "src/streamread.h"],
+                                    "src/flush.h", "src/treecopy.h", "src/newfile.h", "src/streamread.h",
+                                    "src/awaitable.h"],
                            extra_compile_args=["-O2", *_WARNINGS], **extension_args())],
 )

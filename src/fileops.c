@@ -1,6 +1,7 @@
 /* aioring._core's page-cache reads (see fileops.h). */
 #define PY_SSIZE_T_CLEAN
 #include "fileops.h"
+#include "awaitable.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -491,13 +492,6 @@ static PyTypeObject CacheFirst_Type = {
     .tp_repr = (reprfunc)cache_first_repr,
 };
 
-static PyObject *
-reused(void)
-{
-    PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
-    return NULL;
-}
-
 /* cold_reads[0] += delta (the reads of uncached pages in flight). */
 static void
 cold_count_add(long delta)
@@ -696,7 +690,7 @@ call_step(CacheFirstCall *self, PyObject *arg, PyObject **result)
     if (self->state == COLD)
         return cold_step(self, arg, result);
     if (self->state == FINISHED) {
-        reused();
+        aior_reused();
         return PYGEN_ERROR;
     }
     PySendResult status = PyIter_Send(self->inner, arg, result);
@@ -707,27 +701,12 @@ call_step(CacheFirstCall *self, PyObject *arg, PyObject **result)
     return status;
 }
 
-/* A step's answer as a method's: a yielded value, or StopIteration(value). */
-static PyObject *
-step_result(PySendResult status, PyObject *result)
-{
-    if (status != PYGEN_RETURN)
-        return status == PYGEN_NEXT ? result : NULL;
-    PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, result);
-    Py_DECREF(result);
-    if (stop != NULL) {
-        PyErr_SetObject(PyExc_StopIteration, stop);
-        Py_DECREF(stop);
-    }
-    return NULL;
-}
-
 static PyObject *
 call_send(CacheFirstCall *self, PyObject *arg)
 {
     PyObject *result = NULL;
     PySendResult status = call_am_send(self, arg, &result);
-    return step_result(status, result);
+    return aior_step_result(status, result);
 }
 
 static PyObject *
@@ -748,7 +727,7 @@ call_forward(CacheFirstCall *self, PyObject *method, PyObject *args)
     self->state = FINISHED;
     if (target == NULL) {
         if (self->args[0] == NULL)
-            return reused();
+            return aior_reused();
         target = PyObject_Vectorcall(self->owner->public_fn, self->args, 3, NULL);
         if (target == NULL)
             return NULL;
@@ -777,7 +756,7 @@ call_throw(CacheFirstCall *self, PyObject *args)
             return r;  /* (never: a future's iterator yields nothing to a throw) */
         PyObject *result = NULL;
         PySendResult status = cold_end(self, PYGEN_ERROR, &result);
-        return step_result(status, result);
+        return aior_step_result(status, result);
     }
     return call_forward(self, str_throw, args);
 }
@@ -845,13 +824,7 @@ call_finalize(CacheFirstCall *self)
     if ((self->state != UNSTARTED && self->state != COLD_UNSTARTED) || self->owner == NULL)
         return;
     self->state = FINISHED;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyObject *name = PyObject_GetAttrString(self->owner->public_fn, "__qualname__");
-    if (name == NULL || PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "coroutine '%S' was never awaited", name) < 0)
-        PyErr_WriteUnraisable((PyObject *)self);
-    Py_XDECREF(name);
-    PyErr_Restore(type, value, tb);
+    aior_warn_unawaited((PyObject *)self, self->owner->public_fn);
 }
 
 static void

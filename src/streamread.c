@@ -1,6 +1,7 @@
 /* aioring._core's readinto_exactly of a small buffer (see streamread.h). */
 #define PY_SSIZE_T_CLEAN
 #include "streamread.h"
+#include "awaitable.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -337,13 +338,6 @@ start(ReadExactlyCall *self, PyObject **result)
     return fill(self, result);
 }
 
-static PyObject *
-reused(void)
-{
-    PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
-    return NULL;
-}
-
 static PySendResult step(ReadExactlyCall *self, PyObject *arg, PyObject **result);
 
 /* am_send: a step, whose error leaves no result behind (a task takes a
@@ -382,24 +376,9 @@ step(ReadExactlyCall *self, PyObject *arg, PyObject **result)
         return status;
     }
     default:
-        reused();
+        aior_reused();
         return PYGEN_ERROR;
     }
-}
-
-/* A step's answer as a method's: a yielded value, or StopIteration(value). */
-static PyObject *
-step_result(PySendResult status, PyObject *result)
-{
-    if (status != PYGEN_RETURN)
-        return status == PYGEN_NEXT ? result : NULL;
-    PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, result);
-    Py_DECREF(result);
-    if (stop != NULL) {
-        PyErr_SetObject(PyExc_StopIteration, stop);
-        Py_DECREF(stop);
-    }
-    return NULL;
 }
 
 static PyObject *
@@ -407,7 +386,7 @@ call_send(ReadExactlyCall *self, PyObject *arg)
 {
     PyObject *result = NULL;
     PySendResult status = call_am_send(self, arg, &result);
-    return step_result(status, result);
+    return aior_step_result(status, result);
 }
 
 static PyObject *
@@ -459,7 +438,7 @@ call_forward(ReadExactlyCall *self, PyObject *method, PyObject *args)
                 return NULL;
             Py_RETURN_NONE;
         }
-        return step_result(wait_ended(self, status, &result), result);
+        return aior_step_result(wait_ended(self, status, &result), result);
     }
     PyObject *target = self->inner;
     self->inner = NULL;
@@ -545,10 +524,7 @@ call_finalize(ReadExactlyCall *self)
         Py_XDECREF(r);
     } else {
         self->state = FINISHED;
-        PyObject *name = PyObject_GetAttrString(self->owner->public_fn, "__qualname__");
-        if (name == NULL || PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "coroutine '%S' was never awaited", name) < 0)
-            PyErr_WriteUnraisable((PyObject *)self);
-        Py_XDECREF(name);
+        aior_warn_unawaited((PyObject *)self, self->owner->public_fn);
     }
     PyErr_Restore(type, value, tb);
 }

@@ -1,0 +1,36 @@
+/* The coroutine protocol's pieces the core's C awaitables share (see awaitable.h). */
+#define PY_SSIZE_T_CLEAN
+#include "awaitable.h"
+
+PyObject *
+aior_step_result(PySendResult status, PyObject *result)
+{
+    if (status != PYGEN_RETURN)
+        return status == PYGEN_NEXT ? result : NULL;
+    PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, result);
+    Py_DECREF(result);
+    if (stop != NULL) {
+        PyErr_SetObject(PyExc_StopIteration, stop);
+        Py_DECREF(stop);
+    }
+    return NULL;
+}
+
+PyObject *
+aior_reused(void)
+{
+    PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+    return NULL;
+}
+
+void
+aior_warn_unawaited(PyObject *self, PyObject *public_fn)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *name = PyObject_GetAttrString(public_fn, "__qualname__");
+    if (name == NULL || PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "coroutine '%S' was never awaited", name) < 0)
+        PyErr_WriteUnraisable(self);
+    Py_XDECREF(name);
+    PyErr_Restore(type, value, tb);
+}

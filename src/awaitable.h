@@ -1,0 +1,23 @@
+/* What the core's C awaitables (CacheFirstCall, ReadExactlyCall) share of
+ * a native coroutine's protocol: one implementation of each piece.
+ *
+ * aior_step_result(status, result) -> object | NULL  A step's answer
+ *  (PySendResult and its result, which it takes) as a method's: the
+ *  yielded value; NULL with StopIteration(value) set for a return; NULL
+ *  with the step's exception for an error.
+ * aior_reused() -> NULL  RuntimeError, as a native coroutine's send after
+ *  its end.
+ * aior_warn_unawaited(self, public)  The RuntimeWarning of a coroutine of
+ *  public (its __qualname__) never awaited, any exception set meanwhile
+ *  kept; a failing warning goes to sys.unraisablehook for self.
+ */
+#ifndef AIORING_AWAITABLE_H
+#define AIORING_AWAITABLE_H
+
+#include <Python.h>
+
+PyObject *aior_step_result(PySendResult status, PyObject *result);
+PyObject *aior_reused(void);
+void aior_warn_unawaited(PyObject *self, PyObject *public_fn);
+
+#endif
