@@ -347,12 +347,20 @@ def _cache_first(kind: int, rest: Callable[..., Any], *cold: Callable[..., Any])
     docstring and signature are the function's (functools.update_wrapper),
     and asyncio.iscoroutinefunction() says True for it, as for the function."""
     def wrap(func: _F) -> _F:
-        first = functools.update_wrapper(CacheFirst(kind, func, rest, _served_at_yield, *cold), func)
-        first._is_coroutine = asyncio.coroutines._is_coroutine  # type: ignore[attr-defined]
-        if hasattr(inspect, "markcoroutinefunction"):  # (Python 3.12 on)
-            inspect.markcoroutinefunction(first)
-        return first  # type: ignore[return-value]
+        return standing_in(CacheFirst(kind, func, rest, _served_at_yield, *cold), func)
     return wrap
+
+
+def standing_in(fast: Any, func: _F) -> _F:
+    """`fast`, a C callable of the core that stands in for the coroutine
+    function `func`, with func's name, docstring and signature
+    (functools.update_wrapper), and taken for a coroutine function by
+    asyncio.iscoroutinefunction() and inspect, as func is."""
+    functools.update_wrapper(fast, func)
+    fast._is_coroutine = asyncio.coroutines._is_coroutine  # type: ignore[attr-defined]
+    if hasattr(inspect, "markcoroutinefunction"):  # (Python 3.12 on)
+        inspect.markcoroutinefunction(fast)
+    return fast
 
 
 # A ring read of pages that are not cached is issued in the submitting call:

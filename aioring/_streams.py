@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import errno
 import functools
-import inspect
 import itertools
 import os
 import socket
@@ -45,7 +44,7 @@ from ._core import ReadExactly
 from ._channel import _Channel as _Channel  # noqa: PLC0414  (re-exported: the TLS layer names it from here)
 from ._binding import MSG_WAITALL, AcceptRequest, prep_accept, prep_poll
 from ._net import check_socket, sock_connect
-from ._ops import check_fd, pace
+from ._ops import check_fd, pace, standing_in
 from ._ringbase import _DONE as _OP_DONE
 from ._loops import get_ring
 from ._ringbase import Op, os_error
@@ -71,14 +70,8 @@ _PEER_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 def _small_in_core(method: _F) -> _F:
     """readinto_exactly as the core's ReadExactly (src/streamread.h): a small
     read of a ring stream without TLS takes this method's small path in C,
-    with no coroutine frame; every other call is the method's own.  Name,
-    docstring and signature are the method's, and
-    asyncio.iscoroutinefunction() says True for it, as for the method."""
-    fast = functools.update_wrapper(ReadExactly(method, _READ_AHEAD, asyncio.IncompleteReadError), method)
-    fast._is_coroutine = asyncio.coroutines._is_coroutine  # type: ignore[attr-defined]
-    if hasattr(inspect, "markcoroutinefunction"):  # (Python 3.12 on)
-        inspect.markcoroutinefunction(fast)
-    return fast  # type: ignore[return-value]
+    with no coroutine frame; every other call is the method's own."""
+    return standing_in(ReadExactly(method, _READ_AHEAD, asyncio.IncompleteReadError), method)
 
 
 class _Busy:
