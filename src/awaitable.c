@@ -23,6 +23,19 @@ aior_reused(void)
     return NULL;
 }
 
+PyObject *
+aior_forward(PyObject *target, PyObject *method, PyObject *args, int is_throw, PyObject **inner)
+{
+    PyObject *bound = PyObject_GetAttr(target, method);
+    PyObject *result = bound == NULL ? NULL : PyObject_Call(bound, args, NULL);
+    Py_XDECREF(bound);
+    if (result != NULL && is_throw)
+        *inner = target;
+    else
+        Py_DECREF(target);
+    return result;
+}
+
 void
 aior_warn_unawaited(PyObject *self, PyObject *public_fn)
 {

@@ -7,6 +7,11 @@
  *  with the step's exception for an error.
  * aior_reused() -> NULL  RuntimeError, as a native coroutine's send after
  *  its end.
+ * aior_forward(target, method, args, is_throw, &inner) -> object | NULL
+ *  target.<method>(*args) (target a new reference, which it takes) for an
+ *  awaitable that delegates its throw and close: the answer.  When a throw
+ *  answered by yielding, the awaitable goes on delegating: *inner gets
+ *  target; otherwise target is released and *inner is left alone.
  * aior_warn_unawaited(self, public)  The RuntimeWarning of a coroutine of
  *  public (its __qualname__) never awaited, any exception set meanwhile
  *  kept; a failing warning goes to sys.unraisablehook for self.
@@ -18,6 +23,7 @@
 
 PyObject *aior_step_result(PySendResult status, PyObject *result);
 PyObject *aior_reused(void);
+PyObject *aior_forward(PyObject *target, PyObject *method, PyObject *args, int is_throw, PyObject **inner);
 void aior_warn_unawaited(PyObject *self, PyObject *public_fn);
 
 #endif

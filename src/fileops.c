@@ -732,15 +732,9 @@ call_forward(CacheFirstCall *self, PyObject *method, PyObject *args)
         if (target == NULL)
             return NULL;
     }
-    PyObject *bound = PyObject_GetAttr(target, method);
-    PyObject *result = bound == NULL ? NULL : PyObject_Call(bound, args, NULL);
-    Py_XDECREF(bound);
-    if (result != NULL && method == str_throw) {
-        self->inner = target;
+    PyObject *result = aior_forward(target, method, args, method == str_throw, &self->inner);
+    if (self->inner != NULL)
         self->state = DELEGATING;
-        return result;
-    }
-    Py_DECREF(target);
     return result;
 }
 
