@@ -395,6 +395,8 @@ class _Receiver(_Side, _ReceiveTarget):
             if self._paused:
                 return  # resume_reading() arms it
             op = self._op = self._new_op()
+        elif self._rearm(op):
+            return  # (the core started its receive into the chunk again, as after a CQE)
         self._armed = True
         try:
             if op.prep is None:

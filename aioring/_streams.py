@@ -68,9 +68,10 @@ _PEER_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 
 def _small_in_core(method: _F) -> _F:
-    """readinto_exactly as the core's ReadExactly (src/streamread.h): a small
-    read of a ring stream without TLS takes this method's small path in C,
-    with no coroutine frame; every other call is the method's own."""
+    """readinto_exactly as the core's ReadExactly (src/streamread.h): a read
+    of a ring stream without TLS that is small, or whose bytes are all
+    buffered, takes this method's small path in C, with no coroutine frame;
+    every other call is the method's own."""
     return standing_in(ReadExactly(method, _READ_AHEAD, asyncio.IncompleteReadError), method)
 
 

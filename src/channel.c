@@ -579,6 +579,27 @@ recv_get_has_chunk(AiorRecv *rx, void *unused)
     return PyBool_FromLong(rx->chunk != NULL);
 }
 
+/* _rearm(op): policy's arm() of its receive into the chunk, whose CQE is
+   in, as a completion re-arms it, in restart()'s common case: the flush
+   that submits it scheduled already, no eager run going. */
+static PyObject *
+recv_rearm_op(AiorRecv *rx, PyObject *arg)
+{
+    if (!PyObject_TypeCheck(arg, &AiorOp_Type)) {
+        PyErr_SetString(PyExc_TypeError, "_rearm() takes an Op");
+        return NULL;
+    }
+    AiorCore *core = core_of(rx);
+    AiorOp *op = (AiorOp *)arg;
+    if (core == NULL || core->ring == NULL || !aior_flush_scheduled(core) || core->eager_left ||
+        rx->closing || rx->paused || rx->armed || no_reader(rx) || op->state != AIOR_DONE)
+        Py_RETURN_FALSE;
+    int armed = rearm(rx, core, op);
+    if (armed < 0)
+        return NULL;
+    return Py_NewRef(armed ? Py_True : Py_False);
+}
+
 static PyMethodDef recv_methods[] = {
     {"_deliver", (PyCFunction)recv_deliver, METH_O,
      "_deliver(res): append the chunk's first res bytes to the reader's buffer, wake its waiter."},
@@ -588,6 +609,8 @@ static PyMethodDef recv_methods[] = {
      "pull_due() -> bool: whether the next wait tries pull() first (see channel.h)."},
     {"pull", (PyCFunction)recv_pull, METH_NOARGS,
      "pull() -> bool: feed the reader what the fd holds, without waiting (see channel.h)."},
+    {"_rearm", (PyCFunction)recv_rearm_op, METH_O,
+     "_rearm(op) -> bool: start op, the receive into the chunk, again (see channel.h)."},
     {"_into_done", (PyCFunction)recv_into_done, METH_O,
      "_into_done(res): the sink of the receive into the caller's buffer (see channel.h)."},
     {NULL},

@@ -183,6 +183,15 @@ extern PyTypeObject AiorSender_Type;
  *  other error goes to policy, _pull_failed(errno), which raises it.  Raises
  *  what appending to the reader's buffer raises (see _deliver).
  *
+ * [_rearm(op) -> bool]  Policy's arm() of op, its receive into the chunk
+ *  (an op the core prepares, whose CQE is in), in its common case: this
+ *  loop iteration's flush scheduled already and no eager run going
+ *  (eager_left 0; see launch in core.h).  Then op is started again as a
+ *  completion re-arms it, _armed set, and True: the flush submits it.
+ *  False, with nothing changed, in every other case (policy's restart()
+ *  serves it): no _core or its ring detached, closing, paused, armed
+ *  already, no reader, op not such an op or not done, the SQ full.
+ *
  * [_receive_into(buffer, start, exact, waiter) -> bool]  Start a receive
  *  into the writable `buffer` (C-contiguous) from `start` on: the buffer
  *  pinned by _into_op, its SQE prepared (MSG_WAITALL, _waitall, when

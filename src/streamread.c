@@ -1,4 +1,4 @@
-/* aioring._core's readinto_exactly of a small buffer (see streamread.h). */
+/* aioring._core's readinto_exactly of a small or all-buffered read (see streamread.h). */
 #define PY_SSIZE_T_CLEAN
 #include "streamread.h"
 #include "awaitable.h"
@@ -11,7 +11,7 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *public_fn;    /* the Python method it stands for */
     PyObject *incomplete;   /* asyncio.IncompleteReadError */
-    Py_ssize_t read_ahead;  /* buffers of this size or more are public's */
+    Py_ssize_t read_ahead;  /* buffers of this size or more are public's, unless all buffered */
     PyObject *dict;         /* its attributes (functools.update_wrapper's) */
 } ReadExactly;
 
@@ -289,32 +289,37 @@ wait_ended(ReadExactlyCall *self, PySendResult status, PyObject **result)
     return fill(self, result);
 }
 
-/* The first step: the small path's, or public's coroutine's. */
+/* The first step: public's coroutine's (delegated: DELEGATING). */
+static PySendResult
+delegate(ReadExactlyCall *self, PyObject **result)
+{
+    PyObject *args[2] = {self->reader, self->buf};
+    self->inner = PyObject_Vectorcall(self->owner->public_fn, args, 2, NULL);
+    if (self->inner == NULL)
+        return PYGEN_ERROR;
+    self->state = DELEGATING;
+    PySendResult status = PyIter_Send(self->inner, Py_None, result);
+    if (status != PYGEN_NEXT) {
+        self->state = FINISHED;
+        Py_CLEAR(self->inner);
+    }
+    return status;
+}
+
+/* The first step: the core's path (a small buffer, or a large one whose
+   bytes are all buffered), or public's coroutine's. */
 static PySendResult
 start(ReadExactlyCall *self, PyObject **result)
 {
     Py_ssize_t n = small_length(self->buf);
-    int small = n >= 0 && n < self->owner->read_ahead;
-    if (small) {
-        int tls = attr_set(self->reader, str_tls);
-        int rx = tls == 0 ? attr_set(self->reader, str_rx) : 0;
-        if (tls < 0 || rx < 0)
-            return PYGEN_ERROR;
-        small = !tls && rx;
-    }
-    if (!small) {
-        PyObject *args[2] = {self->reader, self->buf};
-        self->inner = PyObject_Vectorcall(self->owner->public_fn, args, 2, NULL);
-        if (self->inner == NULL)
-            return PYGEN_ERROR;
-        self->state = DELEGATING;
-        PySendResult status = PyIter_Send(self->inner, Py_None, result);
-        if (status != PYGEN_NEXT) {
-            self->state = FINISHED;
-            Py_CLEAR(self->inner);
-        }
-        return status;
-    }
+    if (n < 0)
+        return delegate(self, result);
+    int tls = attr_set(self->reader, str_tls);
+    int rx = tls == 0 ? attr_set(self->reader, str_rx) : 0;
+    if (tls < 0 || rx < 0)
+        return PYGEN_ERROR;
+    if (tls || !rx)
+        return delegate(self, result);
     PyObject *exc = PyObject_GetAttr(self->reader, str_exception);
     if (exc == NULL)
         return PYGEN_ERROR;
@@ -333,6 +338,10 @@ start(ReadExactlyCall *self, PyObject **result)
     if (!PyByteArray_Check(self->buffered)) {
         PyErr_SetString(PyExc_TypeError, "a stream reader's _buffer is a bytearray");
         return PYGEN_ERROR;
+    }
+    if (n >= self->owner->read_ahead && PyByteArray_GET_SIZE(self->buffered) < n) {
+        Py_CLEAR(self->buffered);  /* (a large read that waits: received straight into buf) */
+        return delegate(self, result);
     }
     self->n = n;
     return fill(self, result);
@@ -552,7 +561,7 @@ static PyTypeObject ReadExactlyCall_Type = {
     .tp_name = "aioring._core.ReadExactlyCall",
     .tp_basicsize = sizeof(ReadExactlyCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "A ReadExactly call's coroutine: the small path in C, or public's coroutine.",
+    .tp_doc = "A ReadExactly call's coroutine: the small (or all-buffered) path in C, or public's coroutine.",
     .tp_as_async = &call_as_async,
     .tp_iternext = (iternextfunc)call_iternext,
     .tp_traverse = (traverseproc)call_traverse,

@@ -782,6 +782,48 @@ async def test_readinto_exactly_is_a_coroutine_method_like_its_python_one(socks)
         await _close(writer)
 
 
+async def test_readinto_exactly_of_a_large_buffer_is_the_python_methods(socks):
+    """readinto_exactly of a buffer of at least _READ_AHEAD bytes, through the
+    core's call and the Python method alike: all of it buffered, it fills the
+    buffer at its first step with no ring op; partly buffered, it takes those
+    bytes and receives the rest; the reader's stored exception comes first,
+    nothing taken."""
+    from aioring._streams import _READ_AHEAD, StreamReader
+    python = StreamReader.readinto_exactly.__wrapped__
+    a, b = _tcp_pair(socks)
+    reader, writer = await _streams("aioring", a)
+    size = _READ_AHEAD + 5
+    try:
+        for i, method in enumerate((reader.readinto_exactly, functools.partial(python, reader))):
+            data = bytes((i + k) % 251 for k in range(2 * size))
+            reader.feed_data(data)  # (as the receive does)
+            before = statistics()
+            buf = bytearray(size)
+            coro = method(buf)
+            with pytest.raises(StopIteration) as stop:
+                coro.send(None)
+            assert stop.value.value == size and buf == data[:size]
+            view = memoryview(bytearray(size + 2))
+            assert await method(view[1:-1]) == size and view[1:-1] == data[size:]
+            if aioring.backend() == "io_uring":
+                assert (statistics()["submit_calls"], statistics()["completions"]) == \
+                    (before["submit_calls"], before["completions"])  # (no ring op)
+            reader.feed_data(data[:100])
+            task = asyncio.ensure_future(method(buf))
+            await asyncio.sleep(0)
+            assert not task.done()  # (waits for the rest)
+            b.sendall(data[100:size])
+            assert await task == size and buf == data[:size]
+        reader.feed_data(bytes(size))
+        reader.set_exception(ValueError("set"))
+        for method in (reader.readinto_exactly, functools.partial(python, reader)):
+            with pytest.raises(ValueError, match="set"):
+                await method(bytearray(size))
+        assert len(reader._buffer) == size  # (nothing taken)
+    finally:
+        await _close(writer)
+
+
 # ----------------------------------------------------- incomplete reads
 @pytest.mark.parametrize("arrival", ["nothing", "buffered", "received", "both"])
 @pytest.mark.parametrize("impl", IMPLS)
