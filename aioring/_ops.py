@@ -563,6 +563,7 @@ async def result(ring: RingBase, op: Op, cold: bool = False) -> Any:
     if op.future is None:
         return ready(op)
     if cold:
+        _hurried(ring, op)
         _cold_reads[0] += 1
     try:
         return await op.future
@@ -574,6 +575,16 @@ async def result(ring: RingBase, op: Op, cold: bool = False) -> Any:
     finally:
         if cold:
             _cold_reads[0] -= 1
+
+
+def _hurried(ring: RingBase, op: Op) -> None:
+    """`op`, a read of pages thought not cached, was queued: ring.hurry(),
+    and should that raise, the op abandoned (the kernel may hold its buffer)."""
+    try:
+        ring.hurry()
+    except BaseException:
+        ring.abandon(op)
+        raise
 
 
 def ring_of(loop: asyncio.AbstractEventLoop) -> RingBase:
@@ -710,6 +721,7 @@ def _cold_op(fd: int, size: int, offset: int) -> bytes | tuple[RingBase, Op, byt
     if fut is None:
         n = ready(op)
         return out if n == size else out[:n]
+    _hurried(ring, op)
     return ring, op, out, fut
 
 

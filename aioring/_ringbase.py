@@ -299,6 +299,12 @@ class RingBase(abc.ABC):
         return end
 
     @abc.abstractmethod
+    def hurry(self) -> None:
+        """A read that waits for the device was just queued: hand the kernel
+        what waits for this iteration's flush now, where waiting would hold
+        the device back."""
+
+    @abc.abstractmethod
     def restart(self, loop: asyncio.AbstractEventLoop, op: Op) -> None:
         """Start an unbounded op with a sink (see Op): a stream's receive or
         send, new or whose CQE is in, with new arguments in op.args.  The sink

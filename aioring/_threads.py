@@ -107,6 +107,9 @@ class ThreadRing(RingBase):
         op.cancelled = False
         self._prep(op)
 
+    def hurry(self) -> None:
+        """(Each op goes to a worker as it starts: nothing waits for a flush.)"""
+
     def _prep(self, op: Op) -> bool:
         key = self._new_key()
         op.key = key

@@ -19,7 +19,8 @@ import pytest
 
 import aioring
 import aioring.os
-from aioring import _binding, _ops
+from aioring import _binding, _ops, statistics
+from aioring._loops import get_ring
 
 SIZE = 1024 * 1024 + 4096 * 3 + 100  # (ends off a block)
 
@@ -327,6 +328,43 @@ async def test_a_read_straight_to_the_ring_cancelled_closed_or_dropped(cold_file
         assert _ops._cold_reads[0] == 1
     finally:
         _ops._cold_reads[0] -= 1
+        os.close(fd)
+
+
+@pytest.mark.parametrize("call", ["readinto", "read"])
+async def test_device_reads_queued_together_go_before_the_flush(cold_file, call):
+    """Reads that wait for the device (an O_DIRECT fd's), queued by many tasks
+    in one loop iteration, reach the kernel DEVICE_BATCH at a time while the
+    iteration's tasks run, not all at its flush; each returns what os.pread
+    returns."""
+    from aioring import _ring
+    path, content = cold_file
+    fd = open_direct(path)
+    _ops._flags_looked_up(fd)  # (not what an earlier file at this fd number was)
+    offsets = [(i * 7919) % (SIZE // 4096 - 1) * 4096 for i in range(_ring.DEVICE_BATCH + 4)]
+    buffers = [aioring.aligned_buffer(4096) for _ in offsets]
+    if call == "readinto":
+        tasks = [asyncio.ensure_future(aioring.readinto(fd, buf, off))
+                 for buf, off in zip(buffers, offsets, strict=True)]
+    else:
+        tasks = [asyncio.ensure_future(aioring.read(fd, 4096, off)) for off in offsets]
+    try:
+        before = statistics()["submit_calls"]
+        await asyncio.sleep(0)  # (every task's first step: its read queued; the flush comes after this)
+        if aioring.backend() == "io_uring":
+            # Without the batch's submit, all but the iteration's first read would wait in the SQ.
+            assert statistics()["submit_calls"] - before >= 2
+            assert get_ring(asyncio.get_running_loop())._core.sq_pending < _ring.DEVICE_BATCH
+        got = await asyncio.gather(*tasks)
+        for result, buf, off in zip(got, buffers, offsets, strict=True):
+            if call == "readinto":
+                assert result == 4096 and bytes(buf) == content[off:off + 4096]
+            else:
+                assert result == content[off:off + 4096]
+    finally:
+        await asyncio.gather(*tasks, return_exceptions=True)  # (no read left in flight on the fd)
+        for buf in buffers:
+            buf.close()
         os.close(fd)
 
 
