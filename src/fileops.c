@@ -4,6 +4,7 @@
 #include "awaitable.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stddef.h>
 #include <sys/uio.h>
@@ -69,6 +70,27 @@ unyielded_count(void)
     return c;
 }
 
+/* A plain fd's flags are looked at again once every this many fast-path
+   calls (of any fd): an fd number that a file aioring knew had is reused by
+   os.open() for an O_DIRECT file, whose "non-blocking" read is a synchronous
+   device read on the loop's thread.  One fcntl(F_GETFL) in 64 calls. */
+#define RECHECK_EVERY 64
+static unsigned int recheck_count;
+
+/* fd (fd_obj), known to be plain, is O_DIRECT now (see RECHECK_EVERY):
+   forgotten by policy's state (its next call looks its flags up), 1; 0 when
+   it is still plain or the look failed (the read reports a bad fd). */
+static int
+direct_now(int fd, PyObject *fd_obj)
+{
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || !(flags & O_DIRECT))
+        return 0;
+    if (PySet_Discard(plain, fd_obj) < 0 || PyDict_DelItem(fd_cache, fd_obj) < 0)
+        PyErr_Clear(); /* (not in the table: nothing to forget) */
+    return 1;
+}
+
 /* Whether the fast path may take this call: 1 with *fd and *offset set.
    When a yield is due: with yield_due NULL, 0 (policy's call); otherwise 1,
    with *yield_due set (served, the call is policy's to count and yield). */
@@ -96,6 +118,8 @@ cached_due(PyObject *fd_obj, PyObject *offset_obj, int *fd, long long *offset, i
             PyErr_Clear();
         return 0;
     }
+    if (++recheck_count % RECHECK_EVERY == 0 && direct_now((int)f, fd_obj))
+        return 0;
     *fd = (int)f;
     *offset = o;
     if (yield_due != NULL)

@@ -27,7 +27,10 @@
  * Both take the fast path only for an int fd in `plain`, an int offset of
  * 0 or more, nothing owed, and no yield due; they hold the buffer (a
  * Py_buffer export) while the GIL is released for the system call, as
- * os.preadv does.  A call they served is counted in unyielded[0].
+ * os.preadv does.  A call they served is counted in unyielded[0].  One
+ * call in 64 of them first looks the fd's flags up again: an fd now
+ * O_DIRECT (its number reused by another file) leaves `plain` and
+ * `fd_cache`, and the call is policy's.
  *
  * readinto_cached(fd, buffer, offset) -> int  For a bytearray or a
  *  writable C-contiguous memoryview (anything else, or a released view:

@@ -368,6 +368,34 @@ async def test_device_reads_queued_together_go_before_the_flush(cold_file, call)
         os.close(fd)
 
 
+async def test_an_fd_number_reused_for_an_o_direct_file_is_noticed(cold_file, disk_dir):
+    """An fd number whose reads aioring tried from the page cache, reused by
+    a plain os.open() for an O_DIRECT file (dup2 here), is noticed within a
+    few dozen reads: from then on its reads go to the ring, not a synchronous
+    device read on the loop's thread.  Every read returns what os.pread does."""
+    path, content = cold_file
+    plain_path = os.path.join(disk_dir, "plain")
+    with open(plain_path, "wb") as f:
+        f.write(b"x" * 8192)
+    fd = os.open(plain_path, os.O_RDONLY)
+    buf = aioring.aligned_buffer(4096)
+    try:
+        _ops._flags_looked_up(fd)  # (not what an earlier file at this fd number was)
+        for _ in range(3):
+            assert await aioring.read(fd, 4096, 0) == b"x" * 4096  # (from the page cache)
+        direct = open_direct(path)
+        os.dup2(direct, fd)  # (the same number, an O_DIRECT file's now)
+        os.close(direct)
+        for i in range(200):
+            off = (i % 16) * 4096
+            before = statistics()["completions"]
+            assert await aioring.readinto(fd, buf, off) == 4096 and bytes(buf) == content[off:off + 4096]
+        assert statistics()["completions"] - before == 1  # (the last read: the ring's)
+    finally:
+        buf.close()
+        os.close(fd)
+
+
 async def test_a_direct_read_closed_while_the_disk_reads(cold_file):
     """read() of an O_DIRECT fd (into an aligned buffer of its own) closed
     unfinished: nothing raised, the ring keeps the buffer until its read
