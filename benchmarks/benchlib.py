@@ -552,8 +552,8 @@ def noise_notes(samples: Sequence[Any], during: str, rows: Iterable[tuple[Any, d
 
 
 def write_json(path: Path | None, results: dict[str, Any]) -> None:
-    """Write the results to `path` (if given) and say so."""
-    if path:
+    """Write the results to `path` (if given; '-': nowhere) and say so."""
+    if path and str(path) != "-":
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w") as f:
             json.dump(results, f, indent=1)
