@@ -71,9 +71,10 @@ unyielded_count(void)
 }
 
 /* A plain fd's flags are looked at again once every this many fast-path
-   calls (of any fd): an fd number that a file aioring knew had is reused by
-   os.open() for an O_DIRECT file, whose "non-blocking" read is a synchronous
-   device read on the loop's thread.  One fcntl(F_GETFL) in 64 calls. */
+   calls (of any fd): the number of a file aioring knew as plain may have
+   been reused by os.open() for an O_DIRECT file, whose "non-blocking" read
+   is a synchronous device read on the loop's thread.  One fcntl(F_GETFL)
+   in 64 calls. */
 #define RECHECK_EVERY 64
 static unsigned int recheck_count;
 
