@@ -122,6 +122,8 @@ def test_names_mirror_shutil() -> None:
     assert aioring.shutil is ashutil
     for name in ashutil.__all__:
         assert hasattr(ashutil, name), name
+    # `import aioring.shutil as shutil` finds every public name of the stdlib's.
+    assert set(shutil.__all__) <= set(ashutil.__all__)
     assert ashutil.Error is shutil.Error and ashutil.SameFileError is shutil.SameFileError
     assert ashutil.ignore_patterns is shutil.ignore_patterns
     assert ashutil.which.__name__ == "which" and ashutil.rmtree.__name__ == "rmtree"
@@ -876,6 +878,38 @@ async def test_executor_functions_return_shutil_results(tree: str, disk_dir: str
     unpacked = os.path.join(disk_dir, "unpacked")
     assert sorted(os.listdir(unpacked)) == sorted(os.listdir(os.path.join(tree, "sub")))
     await ashutil.chown(archive, os.getuid(), os.getgid())
+
+
+@pytest.mark.backends("io_uring")
+async def test_an_archive_format_registered_here_is_the_one_make_archive_uses(disk_dir: str) -> None:
+    src = os.path.join(disk_dir, "src")
+    os.mkdir(src)
+    for name in ("b", "a", "c"):
+        open(os.path.join(src, name), "w").close()
+    made: list[str] = []
+
+    def listing(base_name: str, base_dir: str, **kwargs: Any) -> str:
+        out = base_name + ".list"
+        with open(out, "w") as f:
+            f.write(" ".join(sorted(os.listdir(base_dir))))
+        made.append(base_dir)
+        return out
+
+    assert ashutil.get_archive_formats() == shutil.get_archive_formats()
+    assert ashutil.get_unpack_formats() == shutil.get_unpack_formats()
+    ashutil.register_archive_format("listing", listing, description="names")
+    try:
+        assert ("listing", "names") in shutil.get_archive_formats()
+        out = await ashutil.make_archive(os.path.join(disk_dir, "names"), "listing", base_dir=src)
+        assert out == os.path.join(disk_dir, "names.list") and made == [src]
+        with open(out) as f:
+            assert f.read() == "a b c"
+    finally:
+        ashutil.unregister_archive_format("listing")
+    assert ashutil.get_archive_formats() == shutil.get_archive_formats()
+    with pytest.raises(ValueError, match="unknown archive format"):
+        await ashutil.make_archive(os.path.join(disk_dir, "x"), "listing", base_dir=src)
+    assert ashutil.get_terminal_size((91, 17)) == shutil.get_terminal_size((91, 17))
 
 
 @pytest.mark.parametrize("how", ["cancel_then_close", "ring_closes"])

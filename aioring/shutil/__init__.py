@@ -32,7 +32,9 @@ raises what it does (the exceptions are shutil's own classes, so
   destination file it was writing, and raises CancelledError: a
   half-written file is never reported as copied.
 * disk_usage, chown, which, make_archive and unpack_archive, which gain
-  nothing from the ring, run shutil's own in the loop's executor.
+  nothing from the ring, run shutil's own in the loop's executor.  What
+  does no I/O (ignore_patterns, the archive format registry,
+  get_terminal_size) is shutil's own, as is.
 """
 
 from __future__ import annotations
@@ -60,8 +62,10 @@ from ..threadpool.binary import AsyncBufferedIOBase, AsyncBufferedReader, AsyncF
 
 __all__ = ["COPY_BUFSIZE", "COPY_TASKS", "REMOVE_DIRS", "REMOVE_OPS", "Error", "ExecError", "ReadError",
            "RegistryError", "SameFileError", "SpecialFileError", "chown", "copy", "copy2", "copyfile",
-           "copyfileobj", "copymode", "copystat", "copytree", "disk_usage", "ignore_patterns", "make_archive",
-           "move", "rmtree", "unpack_archive", "which"]
+           "copyfileobj", "copymode", "copystat", "copytree", "disk_usage", "get_archive_formats",
+           "get_terminal_size", "get_unpack_formats", "ignore_patterns", "make_archive", "move",
+           "register_archive_format", "register_unpack_format", "rmtree", "unpack_archive",
+           "unregister_archive_format", "unregister_unpack_format", "which"]
 
 Error = _shutil.Error
 SameFileError = _shutil.SameFileError
@@ -70,6 +74,15 @@ ExecError = _shutil.ExecError
 ReadError = _shutil.ReadError
 RegistryError = _shutil.RegistryError
 ignore_patterns = _shutil.ignore_patterns
+# What does no I/O is shutil's own: the archive formats are shutil's
+# registry, which make_archive and unpack_archive (below) use.
+get_archive_formats = _shutil.get_archive_formats
+register_archive_format = _shutil.register_archive_format
+unregister_archive_format = _shutil.unregister_archive_format
+get_unpack_formats = _shutil.get_unpack_formats
+register_unpack_format = _shutil.register_unpack_format
+unregister_unpack_format = _shutil.unregister_unpack_format
+get_terminal_size = _shutil.get_terminal_size
 
 # copyfileobj's default chunk: larger than shutil's 64 KiB, since each chunk
 # costs a trip through the loop.
