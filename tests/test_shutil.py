@@ -826,7 +826,7 @@ async def test_cancelled_copy_is_never_left_half_written(
     monkeypatch.setattr(_kernel, "QUIET_CHAIN", quiet)
     monkeypatch.setattr(_kernel, "SPLICE_CHAIN", 4)
     src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
-    data = os.urandom(3 * 4 * _kernel.CHAIN_CHUNK + 1)
+    data = os.urandom(2 * _kernel.SPLICE_MIN + 1)  # (spliced: chains of 4 steps, many of them)
     with open(src, "wb") as f:
         f.write(data)
     ring = get_ring(asyncio.get_running_loop())

@@ -74,13 +74,18 @@ SPLICE_LANES = 2
 # sees one completion per chain, not one per splice.  Measured on 1 GiB,
 # interleaved with shutil.copyfile: quiet, the process's CPU time fell from
 # 470 to 350 ms (shutil's: 300 to 570 under the machine's load).  A chained
-# chunk stays at 256 KiB: with a task waking the loop every millisecond
-# beside the copy, the kernel's time for 1 GiB is at times three times the
-# usual (350-380 ms, or 1,000-1,160), and 512 KiB chunks were slow in 3 runs
-# of 3 (685-1,413 ms), 256 KiB ones in 3 of 9 (1 MiB ones were so at times
-# even without such a task).
+# chunk is 64 KiB, what sendfile moves through its pipe at a time: the
+# destination's page cache is written 64 KiB at a time, as shutil.copyfile
+# writes it.  Larger writes were slower here, whoever made them (a blocking
+# os.splice loop through a pipe, 6 alternating rounds on 1 GiB: 256 KiB
+# chunks 1,478 ms, 64 KiB 1,263, sendfile 1,316), though each chunk costs
+# about one context switch (the chain's next step starts from the loop's
+# thread).  With a task waking the loop every millisecond beside the copy,
+# 6 alternating rounds: 64 KiB 1,351 ms, 256 KiB 1,580, shutil 1,180; 64 KiB
+# won 5 of the 6.  (Before, 512 KiB chunks were slow in 3 runs of 3 and 256
+# KiB ones in 3 of 9.)
 SPLICE_CHAIN = 64
-CHAIN_CHUNK = 1 << 18
+CHAIN_CHUNK = 1 << 16
 QUIET_CHAIN = True
 # Lanes of chains moving one file: one.  Two lanes' chains run side by side
 # in two kernel workers, the second's steps overlapping the first's gap
