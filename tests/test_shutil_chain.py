@@ -178,6 +178,84 @@ async def test_chained_copy_from_any_offset_matches_the_source(
         assert f.read() == data
 
 
+def _open_fds() -> int:
+    get_ring(asyncio.get_running_loop())  # (its own fds made first)
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+async def test_a_chain_that_ends_short_mid_file_hands_on_to_the_one_started_after_it(
+        disk_dir: str, quiet: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second chain's third splice into the pipe asks a byte more than
+    the pipe holds, so it comes up short and that chain ends there while
+    the third one waits for it in the kernel: the lane
+    moves the rest of the second chain's range a splice at a time, then
+    lets the third go on.  Every byte lands in its place, and nothing is
+    left in the ring or open."""
+    monkeypatch.setattr(_kernel, "SPLICE_CHAIN", 3)
+    monkeypatch.setattr(_kernel, "QUIET_CHAIN", quiet)
+    steps, chains = _kernel._Lane.steps, []
+
+    def shortened(lane: Any, pos: int, end: int) -> list[Any]:
+        made = steps(lane, pos, end)
+        chains.append(pos)
+        if len(chains) == 2:
+            at = 5 if lane.signal is not None else 4  # (the signal's step, (in, out) twice, this in)
+            prep, args = made[at]
+            assert args[2] == lane.wfd
+            made[at] = (prep, (*args[:4], args[4] + 1, *args[5:]))
+        return made
+
+    monkeypatch.setattr(_kernel._Lane, "steps", shortened)
+    src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
+    data = os.urandom(_kernel.SPLICE_MIN + 10 * _kernel.CHAIN_CHUNK + 99)
+    with open(src, "wb") as f:
+        f.write(data)
+    fds = _open_fds()
+    assert await ashutil.copyfile(src, dst) == dst
+    with open(dst, "rb") as f:
+        assert f.read() == data
+    assert _open_fds() == fds
+    assert get_ring(asyncio.get_running_loop()).statistics()["in_flight"] == 0
+    if get_ring(asyncio.get_running_loop()).fd >= 0:
+        assert len(chains) >= 4
+
+
+async def test_chains_started_ahead_of_a_source_that_shrank_are_let_go(
+        disk_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fstat said the source was twice as long as it is when the copy
+    began: the chains started ahead of the end, each waiting in the kernel
+    for the one before, are stopped and waited for, and the copy returns
+    the bytes there were."""
+    monkeypatch.setattr(_kernel, "SPLICE_CHAIN", 3)
+    abandon, abandoned = _kernel._Lane.abandon, []
+
+    async def counted(lane: Any, chain: Any) -> None:
+        abandoned.append(chain.pos)
+        await abandon(lane, chain)
+
+    monkeypatch.setattr(_kernel._Lane, "abandon", counted)
+    src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
+    data = os.urandom(_kernel.SPLICE_MIN + 4 * _kernel.CHAIN_CHUNK + 5)
+    with open(src, "wb") as f:
+        f.write(data)
+    fds = _open_fds()
+    src_fd = os.open(src, os.O_RDONLY)
+    dst_fd = os.open(dst, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        assert await _kernel.copy_data(src_fd, dst_fd, 2 * len(data)) == len(data)
+    finally:
+        os.close(src_fd)
+        os.close(dst_fd)
+    with open(dst, "rb") as f:
+        assert f.read() == data
+    assert _open_fds() == fds
+    ring = get_ring(asyncio.get_running_loop())
+    assert ring.statistics()["in_flight"] == 0
+    if ring.fd >= 0:
+        assert abandoned == [(len(data) // (3 * _kernel.CHAIN_CHUNK) + 1) * 3 * _kernel.CHAIN_CHUNK]
+
+
 def test_closing_the_loop_with_a_quiet_chain_in_flight_lets_go_of_every_step(
         new_loop: Any, pieces: _Pieces) -> None:
     """The chain waits in its second step (a splice out of an empty pipe)
