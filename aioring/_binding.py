@@ -352,6 +352,12 @@ _STATX = ffi.typeof("struct statx *")
 _I64_16 = ffi.typeof("int64_t[16]")
 
 
+def new_scratch(n: int) -> Any:
+    """`n` bytes of C memory for requests to read into (prep_rw's addr),
+    held as long as the returned object is."""
+    return ffi.new("char[]", n)
+
+
 def new_statx() -> Any:
     """A zeroed ``struct statx`` for prep_statx to fill; the caller keeps it
     (as the op's `keep`) until the request's CQE."""

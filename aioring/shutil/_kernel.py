@@ -83,10 +83,11 @@ SPLICE_LANES = 2
 # os.splice loop through a pipe, 6 alternating rounds on 1 GiB: 256 KiB
 # chunks 1,478 ms, 64 KiB 1,263, sendfile 1,316), though each chunk costs
 # about one wake-up of the loop's thread (the kernel frees a splice its
-# worker finished through the submitting thread's task work).  With a task waking the loop every millisecond beside the copy,
-# 6 alternating rounds: 64 KiB 1,351 ms, 256 KiB 1,580, shutil 1,180; 64 KiB
-# won 5 of the 6.  (Before, 512 KiB chunks were slow in 3 runs of 3 and 256
-# KiB ones in 3 of 9.)
+# worker finished through the submitting thread's task work).  With a task
+# waking the loop every millisecond beside the copy, 6 alternating rounds:
+# 64 KiB 1,351 ms, 256 KiB 1,580, shutil 1,180; 64 KiB won 5 of the 6.
+# (Before, 512 KiB chunks were slow in 3 runs of 3 and 256 KiB ones in 3
+# of 9.)
 SPLICE_CHAIN = 64
 CHAIN_CHUNK = 1 << 16
 QUIET_CHAIN = True
@@ -102,6 +103,7 @@ CHAIN_SIGNAL = True
 CHAIN_LANES = 1
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _PREP_SPLICE = _binding.prep_splice
+_PREP_RW, _OP_READ = _binding.prep_rw, _binding.OP_READ
 _SPLICE_F_MOVE = _binding.SPLICE_F_MOVE
 # The read/write copy's buffer at most.
 RW_CHUNK = 1 << 20
@@ -516,36 +518,36 @@ class _Chain:
 
 class _Signal:
     """How one chain of a lane starts the next without the loop: every
-    chain begins by taking a byte out of this pipe (a splice into
-    /dev/null, which waits in the kernel's worker while the pipe is empty)
-    and, once each of its chunks was moved in full, ends by putting one in
-    (a byte of the source spliced into it).  So the next chain is started
-    while its predecessor still runs, and the kernel's worker goes on to it
-    at once: handing the kernel each chain only once the one before it had
-    completed left the worker idle between chains (the loop's turn, about a
-    quarter of a millisecond: traced on 1 GiB, 65-69 ms of its 470-550).
-    The pipe holds a byte while no chain runs and the last one put its
-    byte back; a chain that ended short puts none, and the lane puts it in
-    itself once it finished that chain's range another way."""
+    chain begins by taking a byte out of this pipe (a READ, which the
+    kernel leaves polling the pipe while it is empty) and, once each of its
+    chunks was moved in full, ends by putting one in (a byte of the source
+    spliced into it).  So the next chain is started while its predecessor
+    still runs, and goes on from the kernel once the byte is in: handing
+    the kernel each chain only once the one before it had completed left
+    its worker idle between chains for the loop's turn (about a quarter of
+    a millisecond: traced on 1 GiB, 65-69 ms of its 470-550).  The pipe
+    holds a byte while no chain runs and the last one put its byte back; a
+    chain that ended short puts none, and the lane puts it in itself once
+    it finished that chain's range another way.  (A splice out of the pipe
+    instead of the READ waits in a worker of its own, and the chains then
+    alternate between two workers, one of them beside the loop's thread on
+    a 2-CPU machine: 1 GiB copies with a task waking every millisecond, 5
+    rounds, the loop's thread waited for a CPU 140 ms a copy (the task's
+    99th percentile 3.2 ms late) against 11 ms (1.4) with the READ.)"""
 
-    __slots__ = ("null", "rfd", "wfd")
+    __slots__ = ("byte", "rfd", "wfd")
 
     def __init__(self) -> None:
         self.rfd, self.wfd = os.pipe2(os.O_CLOEXEC)
-        try:
-            self.null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-        except OSError:
-            os.close(self.rfd)
-            os.close(self.wfd)
-            raise
+        self.byte = _binding.new_scratch(1)  # (what each READ takes: held until the lane closed)
         self.give()
 
     def give(self) -> None:
         os.write(self.wfd, b"\0")
 
     def close(self) -> None:
-        for fd in (self.rfd, self.wfd, self.null):
-            os.close(fd)
+        os.close(self.rfd)
+        os.close(self.wfd)
 
 
 class _Lane:
@@ -614,9 +616,9 @@ class _Lane:
         byte taken first and put back last."""
         src_fd, dst_fd, rfd, wfd, shift = self.src_fd, self.dst_fd, self.rfd, self.wfd, self.shift
         signal = self.signal
-        steps = []
+        steps: list[tuple[Any, tuple[Any, ...]]] = []
         if signal is not None:
-            steps.append((_PREP_SPLICE, (signal.rfd, -1, signal.null, -1, 1, 0, 0)))
+            steps.append((_PREP_RW, (_OP_READ, signal.rfd, signal.byte, 1, -1, 0)))
         for at in range(pos, end, self.chunk):
             steps.append((_PREP_SPLICE, (src_fd, at, wfd, -1, self.chunk, _SPLICE_F_MOVE, 0)))
             steps.append((_PREP_SPLICE, (rfd, -1, dst_fd, at + shift, self.chunk, _SPLICE_F_MOVE, 0)))
