@@ -196,15 +196,16 @@ async def test_a_chain_that_ends_short_mid_file_hands_on_to_the_one_started_afte
     monkeypatch.setattr(_kernel, "QUIET_CHAIN", quiet)
     steps, chains = _kernel._Lane.steps, []
 
-    def shortened(lane: Any, pos: int, end: int) -> list[Any]:
-        made = steps(lane, pos, end)
+    def shortened(lane: Any, pos: int, end: int) -> tuple[list[Any], list[int]]:
+        made, fulls = steps(lane, pos, end)
         chains.append(pos)
         if len(chains) == 2:
-            at = 5 if lane.signal is not None else 4  # (the signal's step, (in, out) twice, this in)
+            # (the signal's step, then two chunks' in and outs, then this chunk's in)
+            at = (lane.signal is not None) + 2 * (1 + len(lane.pieces()))
             prep, args = made[at]
             assert args[2] == lane.wfd
             made[at] = (prep, (*args[:4], args[4] + 1, *args[5:]))
-        return made
+        return made, fulls
 
     monkeypatch.setattr(_kernel._Lane, "steps", shortened)
     src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")

@@ -14,11 +14,11 @@
 * **File data moved by the kernel.**  A large file goes from the source to
   a pipe and from the pipe to the destination by IORING_OP_SPLICE, the pages
   never passing through Python.  On io_uring one lane (a pipe) hands the
-  kernel SPLICE_CHAIN chunks at a time as one chain of linked splices (in,
-  out, in, out, ...: Ring.start_chain): the kernel's worker moves them
-  without waiting for the loop in between, and the loop sees one round trip
-  per chain instead of two per chunk (and, the chain quiet, one completion
-  instead of one per splice).  The lane's next chain is started while
+  kernel SPLICE_CHAIN chunks at a time as one chain of linked splices (a
+  chunk in, out a piece at a time, the next chunk in, ...:
+  Ring.start_chain): the kernel's worker moves them without waiting for
+  the loop in between, and the loop sees one round trip per chain instead
+  of one per splice (and, the chain quiet, one completion).  The lane's next chain is started while
   one runs, and waits in the kernel until it ended (_Signal), so the
   worker goes from one chain to the next without the loop's turn in
   between.  A short splice ends the chain:
@@ -71,25 +71,34 @@ SPLICE_MIN = 1 << 20
 # and how many splice lanes (pipes) move one file.
 SPLICE_CHUNK = 1 << 20
 SPLICE_LANES = 2
-# Chunks a lane hands the kernel as one chain of linked splices (in, out,
-# in, ...); 0: a splice at a time.  The chain is quiet where the kernel can
+# Chunks a lane hands the kernel as one chain of linked splices (each chunk
+# into the pipe, then out of it a piece at a time, then the next chunk);
+# 0: a splice at a time.  The chain is quiet where the kernel can
 # (IORING_FEAT_CQE_SKIP): only the step that ends it completes, so the loop
 # sees one completion per chain, not one per splice.  Measured on 1 GiB,
 # interleaved with shutil.copyfile: quiet, the process's CPU time fell from
-# 470 to 350 ms (shutil's: 300 to 570 under the machine's load).  A chained
-# chunk is 64 KiB, what sendfile moves through its pipe at a time: the
-# destination's page cache is written 64 KiB at a time, as shutil.copyfile
-# writes it.  Larger writes were slower here, whoever made them (a blocking
-# os.splice loop through a pipe, 6 alternating rounds on 1 GiB: 256 KiB
-# chunks 1,478 ms, 64 KiB 1,263, sendfile 1,316), though each chunk costs
-# about one wake-up of the loop's thread (the kernel frees a splice its
-# worker finished through the submitting thread's task work).  With a task
-# waking the loop every millisecond beside the copy, 6 alternating rounds:
-# 64 KiB 1,351 ms, 256 KiB 1,580, shutil 1,180; 64 KiB won 5 of the 6.
-# (Before, 512 KiB chunks were slow in 3 runs of 3 and 256 KiB ones in 3
-# of 9.)
-SPLICE_CHAIN = 64
-CHAIN_CHUNK = 1 << 16
+# 470 to 350 ms (shutil's: 300 to 570 under the machine's load).  14 chunks
+# and their pieces are 240 SQEs, which a ring of 256 takes at once.
+SPLICE_CHAIN = 14
+# A chained chunk fills the pipe (1 MiB), and leaves it in pieces of 64 KiB,
+# what sendfile moves through its pipe at a time: the destination's page
+# cache is written 64 KiB at a time, as shutil.copyfile writes it.  Larger
+# writes are slower here, whoever makes them: each asks the page cache for
+# larger folios, which this machine's host backs again only once they are
+# touched (a blocking os.splice loop through a pipe, 5 alternating rounds
+# on 1 GiB, each copy 3 s after the last: 1 MiB in and 1 MiB out 2,162 ms,
+# 1 MiB in and 64 KiB out 348, 64 KiB in and out 343, sendfile 288).  Each
+# splice the kernel's worker finishes costs a wake-up of the loop's thread
+# (the kernel frees it through the submitting thread's task work, and the
+# worker's CPU pays for waking a sleeping thread: 363 against 418 ms a GiB
+# while the loop never slept), so a chunk of 1 MiB into the pipe rather
+# than 64 KiB saves half the splices: 5 alternating rounds twice, 1 GiB
+# with a task waking the loop every millisecond, 411 and 388 ms against
+# 428 and 441 (the loop's thread 222 and 213 ms of CPU against 274 and
+# 256; shutil 315 and 310).  (Before, 512 KiB chunks in and out were slow
+# in 3 runs of 3 and 256 KiB ones in 3 of 9.)
+CHAIN_CHUNK = 1 << 20
+CHAIN_PIECE = 1 << 16
 QUIET_CHAIN = True
 # Each chain of a lane started while the one before it runs (see _Signal).
 CHAIN_SIGNAL = True
@@ -459,9 +468,9 @@ def _outcome(op: Op) -> int:
     raise exc
 
 
-async def _chain(ring: RingBase, ops: list[Op], full: int) -> list[int]:
-    """Wait for the chain `ops` (Ring.start_chain) of steps of `full` bytes
-    each: each one's result or -errno (ECANCELED: a step the chain did not
+async def _chain(ring: RingBase, ops: list[Op], fulls: list[int]) -> list[int]:
+    """Wait for the chain `ops` (Ring.start_chain), whose steps move
+    `fulls` bytes each: each one's result or -errno (ECANCELED: a step the chain did not
     reach).  Cancelled, it stops the kernel's steps and waits until the
     kernel let go of every one before the cancellation goes on."""
     last = ops[-1].future
@@ -472,19 +481,19 @@ async def _chain(ring: RingBase, ops: list[Op], full: int) -> list[int]:
         for op in ops:
             ring.cancel(op)  # (nothing for a step already done)
         await settle(ops)
-        _ended(ring, ops, full)
+        _ended(ring, ops, fulls)
         raise
     await settle(ops)
-    return _ended(ring, ops, full)
+    return _ended(ring, ops, fulls)
 
 
-def _ended(ring: RingBase, ops: list[Op], full: int) -> list[int]:
+def _ended(ring: RingBase, ops: list[Op], fulls: list[int]) -> list[int]:
     """The results of the chain `ops`, settled: a quiet one (one future)
     lets go of its steps whose completions never come."""
     if ops[0].future is not ops[-1].future:
         return [_outcome(op) for op in ops]
     end = ring.end_quiet_chain(ops)
-    return [full] * end + [ops[end].res] + [-errno.ECANCELED] * (len(ops) - end - 1)
+    return fulls[:end] + [ops[end].res] + [-errno.ECANCELED] * (len(ops) - end - 1)
 
 
 async def _splice_file(src_fd: int, offset: int, dst_fd: int, shift: int, size: int) -> int:
@@ -496,12 +505,12 @@ async def _splice_file(src_fd: int, offset: int, dst_fd: int, shift: int, size: 
     # Chained on io_uring, CHAIN_LANES lanes (one: its chain keeps the kernel busy).
     chained = bool(SPLICE_CHAIN) and get_ring(asyncio.get_running_loop()).fd >= 0
     if chained:
-        lanes, chunk = CHAIN_LANES, CHAIN_CHUNK
+        lanes, chunk, piece = CHAIN_LANES, CHAIN_CHUNK, CHAIN_PIECE
     else:
-        lanes, chunk = SPLICE_LANES, SPLICE_CHUNK
+        lanes, chunk, piece = SPLICE_LANES, SPLICE_CHUNK, SPLICE_CHUNK
     hint = offset + size
     signalled = chained and CHAIN_SIGNAL
-    ends = await together([_lane(src_fd, dst_fd, shift, taken, writing, chunk, hint, signalled)
+    ends = await together([_lane(src_fd, dst_fd, shift, taken, writing, chunk, piece, hint, signalled)
                            for _ in range(lanes)])
     # (each lane closes its pipe only once its splices are done)
     return min(ends) - offset
@@ -510,10 +519,10 @@ async def _splice_file(src_fd: int, offset: int, dst_fd: int, shift: int, size: 
 class _Chain:
     """A chain of splices a lane started: the source's `pos` to `end`."""
 
-    __slots__ = ("end", "ops", "pos")
+    __slots__ = ("end", "fulls", "ops", "pos")
 
-    def __init__(self, pos: int, end: int, ops: list[Op]) -> None:
-        self.pos, self.end, self.ops = pos, end, ops
+    def __init__(self, pos: int, end: int, ops: list[Op], fulls: list[int]) -> None:
+        self.pos, self.end, self.ops, self.fulls = pos, end, ops, fulls
 
 
 class _Signal:
@@ -556,10 +565,10 @@ class _Lane:
     `shift` bytes further on.  `hint`: where fstat saw the source end."""
 
     def __init__(self, src_fd: int, dst_fd: int, shift: int, taken: list[int], writing: asyncio.Lock,
-                 rfd: int, wfd: int, chunk: int, hint: int, signal: _Signal | None) -> None:
+                 rfd: int, wfd: int, chunk: int, piece: int, hint: int, signal: _Signal | None) -> None:
         self.src_fd, self.dst_fd, self.shift = src_fd, dst_fd, shift
         self.taken, self.writing = taken, writing
-        self.rfd, self.wfd, self.chunk = rfd, wfd, chunk
+        self.rfd, self.wfd, self.chunk, self.piece = rfd, wfd, chunk, piece
         self.hint, self.signal = hint, signal
         self.loop = asyncio.get_running_loop()
         self.ring = get_ring(self.loop)
@@ -602,36 +611,49 @@ class _Lane:
             return None
         pos = self.taken[0]
         end = pos + SPLICE_CHAIN * self.chunk
-        steps = self.steps(pos, end)
+        steps, fulls = self.steps(pos, end)
         ring, loop = self.ring, self.loop
         ops = ring.start_chain(loop, steps, quiet=QUIET_CHAIN) or ring.start_chain(loop, steps)
         if ops is None:
             return None
         self.taken[0] = end
-        return _Chain(pos, end, ops)
+        return _Chain(pos, end, ops, fulls)
 
-    def steps(self, pos: int, end: int) -> list[tuple[Any, tuple[Any, ...]]]:
-        """A chain's steps: each chunk from the source into the pipe, then
-        from the pipe to its place in the destination; between the signal's
-        byte taken first and put back last."""
+    def steps(self, pos: int, end: int) -> tuple[list[tuple[Any, tuple[Any, ...]]], list[int]]:
+        """A chain's steps, and the bytes each moves in full: each chunk
+        from the source into the pipe, then from the pipe to its place in
+        the destination a piece at a time; between the signal's byte taken
+        first and put back last."""
         src_fd, dst_fd, rfd, wfd, shift = self.src_fd, self.dst_fd, self.rfd, self.wfd, self.shift
-        signal = self.signal
+        chunk, signal = self.chunk, self.signal
+        pieces = self.pieces()
         steps: list[tuple[Any, tuple[Any, ...]]] = []
+        fulls: list[int] = []
         if signal is not None:
             steps.append((_PREP_RW, (_OP_READ, signal.rfd, signal.byte, 1, -1, 0)))
-        for at in range(pos, end, self.chunk):
-            steps.append((_PREP_SPLICE, (src_fd, at, wfd, -1, self.chunk, _SPLICE_F_MOVE, 0)))
-            steps.append((_PREP_SPLICE, (rfd, -1, dst_fd, at + shift, self.chunk, _SPLICE_F_MOVE, 0)))
+            fulls.append(1)
+        for at in range(pos, end, chunk):
+            steps.append((_PREP_SPLICE, (src_fd, at, wfd, -1, chunk, _SPLICE_F_MOVE, 0)))
+            for off, size in pieces:
+                steps.append((_PREP_SPLICE, (rfd, -1, dst_fd, at + off + shift, size, _SPLICE_F_MOVE, 0)))
+            fulls.append(chunk)
+            fulls += [size for _, size in pieces]
         if signal is not None:
             steps.append((_PREP_SPLICE, (src_fd, pos, signal.wfd, -1, 1, 0, 0)))
-        return steps
+            fulls.append(1)
+        return steps, fulls
+
+    def pieces(self) -> list[tuple[int, int]]:
+        """Where in a chunk each splice out of the pipe starts, and its size."""
+        chunk, piece = self.chunk, self.piece
+        return [(off, min(piece, chunk - off)) for off in range(0, chunk, piece)]
 
     async def chained(self, chain: _Chain) -> tuple[int, bool]:
         """Where `chain` stopped, whatever it left in the pipe written out
         first (its end when every step was whole), and whether it took the
         signal's byte without putting it back.  Raises the first step's
         error (an ECANCELED is a step the chain did not reach)."""
-        results = await _chain(self.ring, chain.ops, self.chunk)
+        results = await _chain(self.ring, chain.ops, chain.fulls)
         pos, chunk = chain.pos, self.chunk
         owed = False
         if self.signal is not None:
@@ -641,15 +663,17 @@ class _Lane:
                 return pos, False
             owed = results[-1] != 1
             results = results[1:-1]
-        for i in range(0, len(results), 2):
-            got, put = results[i], results[i + 1]
-            for res in (got, put):
+        fulls = [chunk] + [size for _, size in self.pieces()]
+        group = len(fulls)
+        for i in range(0, len(results), group):
+            done = results[i:i + group]
+            for res in done:
                 if res < 0 and res != -errno.ECANCELED:
                     raise os_error(res)
-            if got == put == chunk:
+            if done == fulls:
                 pos += chunk
                 continue
-            got, put = max(got, 0), max(put, 0)
+            got, put = max(done[0], 0), sum(max(res, 0) for res in done[1:])
             await self.empty(pos + put, got - put)
             return pos + got, owed
         return pos, owed
@@ -662,14 +686,14 @@ class _Lane:
         try:
             await settle(chain.ops)
         finally:
-            _ended(self.ring, chain.ops, self.chunk)
+            _ended(self.ring, chain.ops, chain.fulls)
 
     async def empty(self, pos: int, left: int) -> None:
         """The `left` bytes in the pipe to the destination, the source's
         `pos` on."""
         async with self.writing:
             while left:
-                moved = await _splice(self.rfd, -1, self.dst_fd, pos + self.shift, left)
+                moved = await _splice(self.rfd, -1, self.dst_fd, pos + self.shift, min(left, self.piece))
                 left -= moved
                 pos += moved
 
@@ -685,7 +709,7 @@ class _Lane:
 
 
 async def _lane(src_fd: int, dst_fd: int, shift: int, taken: list[int], writing: asyncio.Lock,
-                size: int, hint: int, signalled: bool) -> int:
+                size: int, piece: int, hint: int, signalled: bool) -> int:
     """Splice chunks until one meets the end of the file: where it met it.
     A lane writes into the destination step by step holding `writing`;
     `signalled`: its chains start one another (_Signal)."""
@@ -700,7 +724,8 @@ async def _lane(src_fd: int, dst_fd: int, shift: int, taken: list[int], writing:
             chunk -= _PAGE  # (a chunk off the page boundary spans a page more of the pipe)
         if signalled:
             signal = _Signal()
-        return await _Lane(src_fd, dst_fd, shift, taken, writing, rfd, wfd, chunk, hint, signal).run()
+        lane = _Lane(src_fd, dst_fd, shift, taken, writing, rfd, wfd, chunk, min(piece, chunk), hint, signal)
+        return await lane.run()
     finally:
         if signal is not None:
             signal.close()
