@@ -551,29 +551,33 @@ class _Jobs:
     def __init__(self) -> None:
         self.rows: collections.deque[collections.deque[Any]] = collections.deque()
         self.closed = False
-        self.waiters: list[asyncio.Future[None]] = []
+        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.loop = asyncio.get_running_loop()
 
     def add(self, row: list[Any]) -> None:
+        """A row of copies: as many waiting workers woken, not every one."""
         if row:
             self.rows.append(collections.deque(row))
-            self._wake()
+            self._wake(len(row))
 
     def close(self) -> None:
         self.closed = True
-        self._wake()
+        self._wake(len(self.waiters))
 
-    def _wake(self) -> None:
-        for waiter in self.waiters:
-            if not waiter.done():
+    def _wake(self, most: int) -> None:
+        waiters = self.waiters
+        while most and waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():  # (else a cancelled worker's)
                 waiter.set_result(None)
-        self.waiters.clear()
+                most -= 1
 
     async def next(self) -> Any:
         """The next copy, or None once the walk is over and none is left."""
         while not self.rows:
             if self.closed:
                 return None
-            waiter = asyncio.get_running_loop().create_future()
+            waiter = self.loop.create_future()
             self.waiters.append(waiter)
             await waiter
         row = self.rows.popleft()
