@@ -609,8 +609,9 @@ class _Lane:
         can start now."""
         if not SPLICE_CHAIN:
             return None
-        pos = self.taken[0]
-        end = pos + SPLICE_CHAIN * self.chunk
+        pos, chunk = self.taken[0], self.chunk
+        # (to the chunk where fstat saw the end, or one past it: a file that grew)
+        end = pos + max(1, min(SPLICE_CHAIN, -(-(self.hint - pos) // chunk))) * chunk
         steps, fulls = self.steps(pos, end)
         ring, loop = self.ring, self.loop
         ops = ring.start_chain(loop, steps, quiet=QUIET_CHAIN) or ring.start_chain(loop, steps)
