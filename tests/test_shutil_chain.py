@@ -178,6 +178,15 @@ async def test_chained_copy_from_any_offset_matches_the_source(
         assert f.read() == data
 
 
+def _source(disk_dir: str, size: int) -> tuple[str, str, bytes]:
+    """A source file of `size` random bytes, a destination's name, the bytes."""
+    src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
+    data = os.urandom(size)
+    with open(src, "wb") as f:
+        f.write(data)
+    return src, dst, data
+
+
 def _open_fds() -> int:
     get_ring(asyncio.get_running_loop())  # (its own fds made first)
     return len(os.listdir("/proc/self/fd"))
@@ -208,10 +217,7 @@ async def test_a_chain_that_ends_short_mid_file_hands_on_to_the_one_started_afte
         return made, fulls
 
     monkeypatch.setattr(_kernel._Lane, "steps", shortened)
-    src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
-    data = os.urandom(_kernel.SPLICE_MIN + 10 * _kernel.CHAIN_CHUNK + 99)
-    with open(src, "wb") as f:
-        f.write(data)
+    src, dst, data = _source(disk_dir, _kernel.SPLICE_MIN + 10 * _kernel.CHAIN_CHUNK + 99)
     fds = _open_fds()
     assert await ashutil.copyfile(src, dst) == dst
     with open(dst, "rb") as f:
@@ -236,10 +242,7 @@ async def test_chains_started_ahead_of_a_source_that_shrank_are_let_go(
         await abandon(lane, chain)
 
     monkeypatch.setattr(_kernel._Lane, "abandon", counted)
-    src, dst = os.path.join(disk_dir, "src"), os.path.join(disk_dir, "dst")
-    data = os.urandom(_kernel.SPLICE_MIN + 4 * _kernel.CHAIN_CHUNK + 5)
-    with open(src, "wb") as f:
-        f.write(data)
+    src, dst, data = _source(disk_dir, _kernel.SPLICE_MIN + 4 * _kernel.CHAIN_CHUNK + 5)
     fds = _open_fds()
     src_fd = os.open(src, os.O_RDONLY)
     dst_fd = os.open(dst, os.O_RDWR | os.O_CREAT, 0o600)
