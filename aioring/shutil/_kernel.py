@@ -18,10 +18,10 @@
   chunk in, out a piece at a time, the next chunk in, ...:
   Ring.start_chain): the kernel's worker moves them without waiting for
   the loop in between, and the loop sees one round trip per chain instead
-  of one per splice (and, the chain quiet, one completion).  The lane's next chain is started while
-  one runs, and waits in the kernel until it ended (_Signal), so the
-  worker goes from one chain to the next without the loop's turn in
-  between.  A short splice ends the chain:
+  of one per splice (and, the chain quiet, one completion).  The lane's
+  next chain is started while one runs, and waits in the kernel until it
+  ended (_Signal), so the worker goes from one chain to the next without
+  the loop's turn in between.  A short splice ends the chain:
   whatever it left in the pipe is written out, and the lane goes on a
   splice at a time to the end of its range (the end of the file, or a chunk
   off the page boundary).  Where no chain can start (the threads backend, a
@@ -470,9 +470,9 @@ def _outcome(op: Op) -> int:
 
 async def _chain(ring: RingBase, ops: list[Op], fulls: list[int]) -> list[int]:
     """Wait for the chain `ops` (Ring.start_chain), whose steps move
-    `fulls` bytes each: each one's result or -errno (ECANCELED: a step the chain did not
-    reach).  Cancelled, it stops the kernel's steps and waits until the
-    kernel let go of every one before the cancellation goes on."""
+    `fulls` bytes each: each one's result or -errno (ECANCELED: a step the
+    chain did not reach).  Cancelled, it stops the kernel's steps and waits
+    until the kernel let go of every one before the cancellation goes on."""
     last = ops[-1].future
     assert last is not None
     try:
