@@ -216,16 +216,25 @@ async def test_a_chain_that_ends_short_mid_file_hands_on_to_the_one_started_afte
             made[at] = (prep, (*args[:4], args[4] + 1, *args[5:]))
         return made, fulls
 
+    give, given = _kernel._Signal.give, []
+
+    def counted(signal: Any) -> None:
+        given.append(1)
+        give(signal)
+
     monkeypatch.setattr(_kernel._Lane, "steps", shortened)
+    monkeypatch.setattr(_kernel._Signal, "give", counted)
     src, dst, data = _source(disk_dir, _kernel.SPLICE_MIN + 10 * _kernel.CHAIN_CHUNK + 99)
     fds = _open_fds()
-    assert await ashutil.copyfile(src, dst) == dst
+    # (a byte the lane failed to put back would leave the third chain waiting for good)
+    assert await asyncio.wait_for(ashutil.copyfile(src, dst), 60) == dst
     with open(dst, "rb") as f:
         assert f.read() == data
     assert _open_fds() == fds
     assert get_ring(asyncio.get_running_loop()).statistics()["in_flight"] == 0
     if get_ring(asyncio.get_running_loop()).fd >= 0:
         assert len(chains) >= 4
+        assert len(given) == 2  # (the pipe's first byte, and the one the lane put back)
 
 
 async def test_chains_started_ahead_of_a_source_that_shrank_are_let_go(
