@@ -148,7 +148,11 @@ newfile_end(AiorNewFile *self, AiorCore *core, AiorOp *op, int res)
 }
 
 /* Start op again as the write of the rest of the data: 1, or -1 with an
-   exception set. */
+   exception set.  The write goes to the kernel's workers at once
+   (IOSQE_ASYNC), as the create did: ext4 takes no buffered write without
+   blocking, so the kernel would hand it over anyway after a try on the
+   loop's thread, and a file system that does take one (XFS, btrfs) would
+   make the whole write there.  A tree copy is bound by that thread. */
 static int
 newfile_write_rest(AiorNewFile *self, AiorCore *core, AiorOp *op)
 {
@@ -157,7 +161,8 @@ newfile_write_rest(AiorNewFile *self, AiorCore *core, AiorOp *op)
 
     if (length > NEWFILE_MAX_RW)
         length = NEWFILE_MAX_RW;
-    PyObject *args = Py_BuildValue("(iinnni)", IORING_OP_WRITE, self->fd, self->done, length, self->done, 0);
+    PyObject *args = Py_BuildValue("(iinnnii)", IORING_OP_WRITE, self->fd, self->done, length, self->done, 0,
+                                   IOSQE_ASYNC);
     if (args == NULL)
         return -1;
     aior_set_field(&op->args, args);

@@ -5,7 +5,8 @@
  *  OPENAT creates, data a C-contiguous buffer.  It is the op's finish.  The
  *  op starts as an OPENAT the binding prepares; at its CQE the core calls
  *  aior_newfile_step, which starts the same op again as the WRITE of the
- *  data (the core's own prep, the data pinned by the op; again after a short
+ *  data (the core's own prep, IOSQE_ASYNC: handed to the kernel's workers
+ *  at once, as the create was; the data pinned by the op; again after a short
  *  write) and marks it `continued`: what its first step made (the new fd,
  *  the file) is undone only by this target, so policy never withdraws it.
  *  The op ends:
