@@ -24,6 +24,10 @@ Variants, interleaved within each repeat (medians reported):
 * aioring   aioring.shutil on asyncio's loop (and on uvloop with --loops)
 * cp/rm     informative: coreutils' cp -a / rm -rf (a C program, no Python):
             how fast the kernel does the same work here, process start included
+* floor     informative, copytree only: benchmarks/copytree_floor.c, the same
+            steps as aioring's copytree through io_uring in C (no Python),
+            built here with cc and liburing (left out where that fails): what
+            the design itself reaches on this machine, process start included
 * probe     the probe alone on an idle loop for a second, each round: the
             machine's own wake-up latency, against which the copy's is judged;
             the loop thread's run-queue delay (schedstat) is printed beside it
@@ -241,6 +245,24 @@ def unjournaled_ext4(path: Path) -> bool:
     return ext4 and not any(Path("/proc/fs/jbd2").glob(f"{name}-*"))
 
 
+def build_floor(data: Path) -> Path | None:
+    """benchmarks/copytree_floor.c built into `data` (again when the source
+    is newer), or None, logged, where the C compiler or liburing is missing."""
+    source = REPO / "benchmarks" / "copytree_floor.c"
+    program = data / "copytree_floor"
+    if program.exists() and program.stat().st_mtime >= source.stat().st_mtime:
+        return program
+    cc = os.environ.get("CC", "cc")
+    try:
+        subprocess.run([cc, "-O2", "-o", str(program), str(source), "-luring"], check=True,
+                       capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        log(f"copytree's floor left out: {cc} could not build {source.name}: "
+            f"{getattr(exc, 'stderr', '') or exc}")
+        return None
+    return program
+
+
 def remove(path: Path) -> None:
     if path.is_dir():
         shutil.rmtree(path)
@@ -267,11 +289,14 @@ class Bench:
         self.dst = data / "out"
         self.copies = data / "copies"  # copytree's destinations, removed by rmtree's runs
         self.settled = ""
+        self.floor = build_floor(data) if "copytree" in opts["workloads"] else None
         self.reporting = page_reporting()
         self.samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
-    def variants(self) -> list[str]:
-        return ["shutil", "aioshutil", *(f"aioring/{loop}" for loop in self.loops), "cp/rm"]
+    def variants(self, workload: str = "") -> list[str]:
+        """The variants of `workload` (of every workload: the table's columns)."""
+        floor = ["floor"] if self.floor is not None and workload in ("", "copytree") else []
+        return ["shutil", "aioshutil", *(f"aioring/{loop}" for loop in self.loops), "cp/rm", *floor]
 
     def timed(self, workload: str, variant: str, fn: Callable[[], Any], is_async: bool,
               loop_name: str = "asyncio") -> None:
@@ -322,6 +347,9 @@ class Bench:
         src, dst, big = str(self.src), str(where or self.dst), str(self.big)
         if workload == "copyfileobj":
             return self.copyfileobj(variant), variant != "shutil"
+        if variant == "floor":
+            assert workload == "copytree" and self.floor is not None
+            return lambda: subprocess.run([str(self.floor), src, dst], check=True), False
         if variant == "cp/rm":
             argv = {"copytree": ["cp", "-a", src, dst], "rmtree": ["rm", "-rf", dst],
                     "copyfile": ["cp", big, dst]}[workload]
@@ -331,9 +359,10 @@ class Bench:
         func = getattr(module, workload)
         return lambda: func(*args), variant != "shutil"
 
-    def order(self, turn: int) -> list[str]:
-        """Every variant, starting with the turn's: none always comes first or last."""
-        names = self.variants()
+    def order(self, turn: int, workload: str) -> list[str]:
+        """Every variant of `workload`, starting with the turn's: none always
+        comes first or last."""
+        names = self.variants(workload)
         return names[turn % len(names):] + names[:turn % len(names)]
 
     def fresh_copies(self) -> None:
@@ -353,12 +382,12 @@ class Bench:
         self.fresh_copies()
         for turn in range(rounds):
             log(f"copytree round {turn + 1}/{rounds}")
-            for variant in self.order(turn):
+            for variant in self.order(turn, "copytree"):
                 dst = self.copies / f"{turn}-{variant.replace('/', '-')}"
                 self.timed("copytree", variant, *self.job("copytree", variant, dst), self.loop_of(variant))
         for turn in range(rounds):
             log(f"rmtree round {turn + 1}/{rounds}")
-            for variant in self.order(turn):
+            for variant in self.order(turn, "rmtree"):
                 dst = self.copies / f"{turn}-{variant.replace('/', '-')}"
                 self.timed("rmtree", variant, *self.job("rmtree", variant, dst), self.loop_of(variant))
                 assert not dst.exists()
@@ -366,7 +395,7 @@ class Bench:
 
     def one_round(self, turn: int) -> None:
         """copyfile and copyfileobj by every variant once."""
-        order = self.order(turn)
+        order = self.order(turn, "copyfile")
         chosen = self.opts["workloads"]
         if "copyfile" in chosen:
             # The probe alone, on a loop with nothing else to do: the machine's own wake-up latency.
@@ -462,6 +491,11 @@ def verdicts(med: dict[tuple[str, str], dict[str, float]], loops: list[str], bac
             floor = wall(w, "shutil") / wall(w, "cp/rm")
             out.append(f"info  {w}: coreutils ({'cp -a' if w == 'copytree' else 'rm -rf'}) is "
                        f"{floor:.2f}x shutil here")
+            if (w, "floor") in med:
+                least = wall(w, "floor")
+                out.append(f"info  {w}: the floor (aioring's steps in C, no Python) took "
+                           f"{least * 1e3:.0f} ms, {wall(w, 'aioshutil') / least:.2f}x aioshutil; "
+                           f"{ring} took {wall(w, ring) / least:.2f}x the floor's time")
             # The kernel's work on the CPUs, at the least any variant here needed: an
             # implementation that needs no less is not faster than that work spread
             # over every CPU (the rest of shutil's time is waiting).
@@ -608,7 +642,7 @@ def main() -> int:
     backend = aioring.backend()
     ensure_dir(args.data_dir.parent)
     args.data_dir.mkdir(exist_ok=True)
-    copies = opts["repeat"] * (len(loops) + 3) * opts["files"] * FILE_SIZE * 2
+    copies = opts["repeat"] * (len(loops) + 4) * opts["files"] * FILE_SIZE * 2
     require_space(args.data_dir, 2 * opts["big"] + opts["objsize"] * 2 + copies + 64 * MIB,
                   f"not enough room in {args.data_dir} for the files")
     bench = Bench(args.data_dir, opts, loops)
