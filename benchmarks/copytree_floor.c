@@ -222,7 +222,9 @@ main(int argc, char **argv)
         if (in_flight == 0)
             continue;
         struct io_uring_cqe *cqe;
-        ret = walked < ndirs ? io_uring_submit(&ring) : io_uring_submit_and_wait(&ring, 1);
+        /* (waits for a completion unless the next turn walks a directory) */
+        int walks = walked < ndirs && npending - pending_at < 2 * LIMIT;
+        ret = walks ? io_uring_submit(&ring) : io_uring_submit_and_wait(&ring, 1);
         if (ret < 0)
             fail("io_uring_submit", "", -ret);
         unsigned head, seen = 0;
