@@ -24,10 +24,11 @@ Variants, interleaved within each repeat (medians reported):
 * aioring   aioring.shutil on asyncio's loop (and on uvloop with --loops)
 * cp/rm     informative: coreutils' cp -a / rm -rf (a C program, no Python):
             how fast the kernel does the same work here, process start included
-* floor     informative, copytree only: benchmarks/copytree_floor.c, the same
-            steps as aioring's copytree through io_uring in C (no Python),
-            built here with cc and liburing (left out where that fails): what
-            the design itself reaches on this machine, process start included
+* floor     informative, copytree and copyfile: benchmarks/copytree_floor.c
+            and copyfile_floor.c, the same steps as aioring's through io_uring
+            in C (no Python), built here with cc and liburing (left out where
+            that fails): what the design itself reaches on this machine,
+            process start included
 * probe     the probe alone on an idle loop for a second, each round: the
             machine's own wake-up latency, against which the copy's is judged;
             the loop thread's run-queue delay (schedstat) is printed beside it
@@ -245,11 +246,15 @@ def unjournaled_ext4(path: Path) -> bool:
     return ext4 and not any(Path("/proc/fs/jbd2").glob(f"{name}-*"))
 
 
-def build_floor(data: Path) -> Path | None:
-    """benchmarks/copytree_floor.c built into `data` (again when the source
-    is newer), or None, logged, where the C compiler or liburing is missing."""
-    source = REPO / "benchmarks" / "copytree_floor.c"
-    program = data / "copytree_floor"
+FLOORS = ("copytree", "copyfile")  # (the workloads with a floor: benchmarks/<workload>_floor.c)
+
+
+def build_floor(data: Path, workload: str) -> Path | None:
+    """benchmarks/<workload>_floor.c built into `data` (again when the
+    source is newer), or None, logged, where the C compiler or liburing is
+    missing."""
+    source = REPO / "benchmarks" / f"{workload}_floor.c"
+    program = data / f"{workload}_floor"
     if program.exists() and program.stat().st_mtime >= source.stat().st_mtime:
         return program
     cc = os.environ.get("CC", "cc")
@@ -257,7 +262,7 @@ def build_floor(data: Path) -> Path | None:
         subprocess.run([cc, "-O2", "-o", str(program), str(source), "-luring"], check=True,
                        capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError) as exc:
-        log(f"copytree's floor left out: {cc} could not build {source.name}: "
+        log(f"{workload}'s floor left out: {cc} could not build {source.name}: "
             f"{getattr(exc, 'stderr', '') or exc}")
         return None
     return program
@@ -289,13 +294,14 @@ class Bench:
         self.dst = data / "out"
         self.copies = data / "copies"  # copytree's destinations, removed by rmtree's runs
         self.settled = ""
-        self.floor = build_floor(data) if "copytree" in opts["workloads"] else None
+        self.floors = {w: build_floor(data, w) for w in FLOORS if w in opts["workloads"]}
         self.reporting = page_reporting()
         self.samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
     def variants(self, workload: str = "") -> list[str]:
         """The variants of `workload` (of every workload: the table's columns)."""
-        floor = ["floor"] if self.floor is not None and workload in ("", "copytree") else []
+        built = [w for w, program in self.floors.items() if program is not None]
+        floor = ["floor"] if built and (workload in built or not workload) else []
         return ["shutil", "aioshutil", *(f"aioring/{loop}" for loop in self.loops), "cp/rm", *floor]
 
     def timed(self, workload: str, variant: str, fn: Callable[[], Any], is_async: bool,
@@ -348,8 +354,10 @@ class Bench:
         if workload == "copyfileobj":
             return self.copyfileobj(variant), variant != "shutil"
         if variant == "floor":
-            assert workload == "copytree" and self.floor is not None
-            return lambda: subprocess.run([str(self.floor), src, dst], check=True), False
+            program = self.floors[workload]
+            assert program is not None
+            argv = [str(program), *({"copytree": (src, dst), "copyfile": (big, dst)}[workload])]
+            return lambda: subprocess.run(argv, check=True), False
         if variant == "cp/rm":
             argv = {"copytree": ["cp", "-a", src, dst], "rmtree": ["rm", "-rf", dst],
                     "copyfile": ["cp", big, dst]}[workload]
@@ -405,7 +413,7 @@ class Bench:
             if workload not in chosen:
                 continue
             for variant in order:
-                if workload == "copyfileobj" and variant == "cp/rm":
+                if workload == "copyfileobj" and variant in ("cp/rm", "floor"):
                     continue
                 self.timed(workload, variant, *self.job(workload, variant), self.loop_of(variant))
                 assert self.dst.stat().st_size == size
@@ -522,7 +530,8 @@ def verdicts(med: dict[tuple[str, str], dict[str, float]], loops: list[str], bac
             out.append(f"info  copyfileobj {ring} (async files): {obj:.2f}x shutil.copyfileobj, "
                        f"{wall('copyfileobj', 'aioshutil') / wall('copyfileobj', ring):.2f}x aioshutil")
     if ("copyfile", "shutil") in med:
-        out.extend(copy_spread(med, ["shutil", "aioshutil", *(f"aioring/{loop}" for loop in loops), "cp/rm"]))
+        out.extend(copy_spread(med, ["shutil", "aioshutil", *(f"aioring/{loop}" for loop in loops), "cp/rm",
+                                     "floor"]))
     return out
 
 
@@ -604,6 +613,11 @@ def copyfile_verdicts(med: dict[tuple[str, str], dict[str, float]], ring: str,
 
     speed = wall("copyfile", "shutil") / wall("copyfile", ring)
     line(speed >= 0.9, f"copyfile {ring}: {speed:.2f}x shutil.copyfile (target >= 0.9x)")
+    if ("copyfile", "floor") in med:
+        least = wall("copyfile", "floor")
+        out.append(f"info  copyfile: the floor (aioring's steps in C, no Python) took {least * 1e3:.0f} ms, "
+                   f"{wall('copyfile', 'shutil') / least:.2f}x shutil.copyfile; {ring} took "
+                   f"{wall('copyfile', ring) / least:.2f}x the floor's time")
     # The machine's other work makes any loop wake up late (a loop thread
     # waiting for a CPU); what the copy adds is judged against the probe
     # alone on an idle loop in the same run, at the 99th percentile.
