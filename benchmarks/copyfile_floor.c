@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 /* (aioring.shutil._kernel's CHAIN_CHUNK, CHAIN_PIECE, SPLICE_CHAIN) */
-enum { CHUNK = 1 << 20, PIECE = 1 << 16, CHAIN = 14, ENTRIES = 512 };
+enum { CHUNK = 1 << 20, PIECE = 1 << 17, CHAIN = 14, ENTRIES = 512 };
 
 static void
 fail(const char *what, int err)

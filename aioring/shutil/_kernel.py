@@ -78,27 +78,30 @@ SPLICE_LANES = 2
 # sees one completion per chain, not one per splice.  Measured on 1 GiB,
 # interleaved with shutil.copyfile: quiet, the process's CPU time fell from
 # 470 to 350 ms (shutil's: 300 to 570 under the machine's load).  14 chunks
-# and their pieces are 240 SQEs, which a ring of 256 takes at once.
+# and their pieces, with the signal's two steps, are 128 SQEs (240 with 64
+# KiB pieces), which a ring of 256 takes at once.
 SPLICE_CHAIN = 14
-# A chained chunk fills the pipe (1 MiB), and leaves it in pieces of 64 KiB,
-# what sendfile moves through its pipe at a time: the destination's page
-# cache is written 64 KiB at a time, as shutil.copyfile writes it.  Larger
-# writes are slower here, whoever makes them: each asks the page cache for
-# larger folios, which this machine's host backs again only once they are
-# touched (a blocking os.splice loop through a pipe, 5 alternating rounds
-# on 1 GiB, each copy 3 s after the last: 1 MiB in and 1 MiB out 2,162 ms,
-# 1 MiB in and 64 KiB out 348, 64 KiB in and out 343, sendfile 288).  Each
+# A chained chunk fills the pipe (1 MiB), and leaves it in pieces of 128
+# KiB: the destination's page cache is written 128 KiB at a time.  Each
 # splice the kernel's worker finishes costs a wake-up of the loop's thread
 # (the kernel frees it through the submitting thread's task work, and the
 # worker's CPU pays for waking a sleeping thread: 363 against 418 ms a GiB
-# while the loop never slept), so a chunk of 1 MiB into the pipe rather
-# than 64 KiB saves half the splices: 5 alternating rounds twice, 1 GiB
-# with a task waking the loop every millisecond, 411 and 388 ms against
-# 428 and 441 (the loop's thread 222 and 213 ms of CPU against 274 and
-# 256; shutil 315 and 310).  (Before, 512 KiB chunks in and out were slow
-# in 3 runs of 3 and 256 KiB ones in 3 of 9.)
+# while the loop never slept), so fewer, larger splices cost less: a chunk
+# of 1 MiB into the pipe rather than 64 KiB saved half of them (5
+# alternating rounds twice, 1 GiB with a task waking the loop every
+# millisecond: 411 and 388 ms against 428 and 441), and pieces of 128 KiB
+# rather than 64 half of the rest (6 alternating rounds, the same way: 305
+# ms against 357, the loop's thread 139 ms of CPU against 196; 256 KiB
+# pieces 303 ms and 101; shutil 269).  Larger pieces are slower here,
+# whoever writes them: each asks the page cache for larger folios, which
+# this machine's host backs again only once they are touched (a blocking
+# os.splice loop through a 1 MiB pipe, 5 alternating rounds on 1 GiB, each
+# copy 3 s after the last: pieces of 64 KiB 330 ms, 256 KiB 263, 512 KiB
+# 546, 1 MiB 1,570; shutil 318).  128 KiB keeps a margin below that.
+# (Before, 512 KiB chunks in and out were slow in 3 runs of 3 and 256 KiB
+# ones in 3 of 9.)
 CHAIN_CHUNK = 1 << 20
-CHAIN_PIECE = 1 << 16
+CHAIN_PIECE = 1 << 17
 QUIET_CHAIN = True
 # Each chain of a lane started while the one before it runs (see _Signal).
 CHAIN_SIGNAL = True
