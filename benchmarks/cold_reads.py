@@ -24,6 +24,9 @@ device when fio is installed:
     aioring.direct.handoff  the same, the reads handed to the kernel's workers
                      while others are in flight (DIRECT_HANDOFF = True)
     aiofile          ``await afp.read(4096, off)`` on one ``aiofile.AIOFile``
+    aiofile.nosqpoll  the same on a caio io_uring context made with ``sqpoll=False``
+                     (caio polls its ring with a kernel SQPOLL thread where it may,
+                     as here as root): what aiofile reads without that thread
     aiofiles         seek + read, one unbuffered file per task
     threads          ``run_in_executor(pool, os.pread, fd, 4096, off)``, T threads
     sync             an ``os.pread`` loop (no event loop; 1 task only)
@@ -106,6 +109,13 @@ except ImportError:  # not installed: use the checkout this script lives in
 
 aiofile = optional("aiofile")
 aiofiles = optional("aiofiles")
+caio_uring: Any  # caio's io_uring context, aiofile's default where caio can make one
+try:
+    from caio import linux_uring_asyncio as caio_uring
+except ImportError:
+    caio_uring = None
+if aiofile is None:
+    caio_uring = None
 
 DATA = REPO / "benchmarks" / ".data"
 BLOCK = 4096
@@ -267,10 +277,10 @@ async def rand_aioring_direct_handoff(path: Path, size: int, tasks: int, seconds
     return await _with_setting("DIRECT_HANDOFF", True, rand_aioring_direct(path, size, tasks, seconds))
 
 
-async def rand_aiofile(path: Path, size: int, tasks: int, seconds: float) -> float:
+async def rand_aiofile(path: Path, size: int, tasks: int, seconds: float, context: Any = None) -> float:
     assert aiofile is not None
     end = time.perf_counter() + seconds
-    async with aiofile.AIOFile(str(path), "rb") as afp:
+    async with aiofile.AIOFile(str(path), "rb", context=context) as afp:
         async def one(i: int) -> int:
             nxt, n = offsets(i, size), 0
             while time.perf_counter() < end:
@@ -279,6 +289,17 @@ async def rand_aiofile(path: Path, size: int, tasks: int, seconds: float) -> flo
                 n += 1
             return n
         return await _timed_tasks(tasks, seconds, one)
+
+
+async def rand_aiofile_nosqpoll(path: Path, size: int, tasks: int, seconds: float) -> float:
+    assert caio_uring is not None
+    context = caio_uring.AsyncioContext(512, sqpoll=False)
+    try:
+        if context.context.sqpoll:
+            raise AssertionError("caio's context polls with sqpoll=False")
+        return await rand_aiofile(path, size, tasks, seconds, context)
+    finally:
+        context.close()
 
 
 async def rand_aiofiles(path: Path, size: int, tasks: int, seconds: float) -> float:
@@ -509,7 +530,7 @@ RAND = {"aioring.read": rand_aioring_read, "aioring.read.tryeach": rand_aioring_
         "aioring.read.handoff": rand_aioring_read_handoff,
         "aioring.open": rand_aioring_open,
         "aioring.direct": rand_aioring_direct, "aioring.direct.handoff": rand_aioring_direct_handoff,
-        "aiofile": rand_aiofile, "aiofiles": rand_aiofiles,
+        "aiofile": rand_aiofile, "aiofile.nosqpoll": rand_aiofile_nosqpoll, "aiofiles": rand_aiofiles,
         "threads": rand_threads, "loop.ceiling": rand_loop_ceiling}
 SEQ = {"aioring.read": seq_aioring_read, "aioring.open": seq_aioring_open,
        "aioring.open.noadvice": seq_aioring_open_noadvice, "aiofile": seq_aiofile,
@@ -537,6 +558,8 @@ class Bench:
         self.fio = shutil.which("fio") is not None
 
     def available(self, variant: str) -> bool:
+        if variant == "aiofile.nosqpoll":
+            return caio_uring is not None
         return NEEDS.get(variant.split(".", maxsplit=1)[0], True) is not None
 
     def run(self, key: tuple[str, ...], fn: Callable[[], float]) -> None:
@@ -730,6 +753,13 @@ class Bench:
                       self.med(*r, "aioring.read"), fio_b, 0.8)
                 check(f"[{loop}] random 4 KiB, 64 tasks: aioring.read vs aiofile",
                       self.med(*r, "aioring.read"), self.med(*r, "aiofile"), 1.0)
+                nosq, mine = self.med(*r, "aiofile.nosqpoll"), self.med(*r, "aioring.read")
+                if nosq and mine and self.med(*r, "aiofile"):
+                    out.append(f"NOTE  [{loop}] aiofile without its SQPOLL thread: {nosq:,.0f}/s; "
+                               f"aioring.read {mine / nosq:.2f}x it. CPU a read (all threads): aiofile "
+                               f"{self.cpu_per_read((*r, 'aiofile')):.1f} us, without SQPOLL "
+                               f"{self.cpu_per_read((*r, 'aiofile.nosqpoll')):.1f}, aioring.read "
+                               f"{self.cpu_per_read((*r, 'aioring.read')):.1f}")
                 check(f"[{loop}] random 4 KiB, 64 tasks: aioring.open vs fio (buffered)",
                       self.med(*r, "aioring.open"), fio_b, 0.7)
                 check(f"[{loop}] random 4 KiB, 64 tasks: aioring.open vs aiofile",
