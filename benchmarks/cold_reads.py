@@ -57,7 +57,11 @@ device when fio is installed:
 * an append log: 256-byte records appended, ``fdatasync`` every 16 records
   (records/s), by one writer:
     aioring          ``await f.write(rec)`` on ``aioring.open(path, "ab", buffering=0)``,
-                     ``await aioring.fsync(f, datasync=True)``
+                     ``await aioring.fsync(f, datasync=True)``: a ring write per record
+    aioring.buffered the aiofiles variant's own calls on ``aioring.open(path, "ab")``
+                     (the line an aiofiles user changes): ``await f.write(rec)``;
+                     ``await f.flush()`` and ``await aioring.fsync(f, datasync=True)``
+                     every 16
     aiofile          ``await afp.write(rec, off)``, ``await afp.fdsync()``
     aiofiles         ``await f.write(rec)``; ``await f.flush()`` and ``fdatasync``
                      in the executor every 16
@@ -475,6 +479,15 @@ async def log_aioring(path: Path, records: int) -> None:
                 await aioring.fsync(f, datasync=True)
 
 
+async def log_aioring_buffered(path: Path, records: int) -> None:
+    async with aioring.open(path, "ab") as f:
+        for i in range(records):
+            await f.write(_record(i))
+            if i % SYNC_EVERY == SYNC_EVERY - 1:
+                await f.flush()
+                await aioring.fsync(f, datasync=True)
+
+
 async def log_aiofile(path: Path, records: int) -> None:
     assert aiofile is not None
     async with aiofile.AIOFile(str(path), "ab") as afp:
@@ -537,7 +550,7 @@ SEQ = {"aioring.read": seq_aioring_read, "aioring.open": seq_aioring_open,
        "aiofiles": seq_aiofiles, "threads": seq_threads}
 SMALL = {"aioring": small_aioring, "aioring.noretry": small_aioring_noretry, "aiofile": small_aiofile,
          "aiofiles": small_aiofiles}
-LOG = {"aioring": log_aioring, "aiofile": log_aiofile,
+LOG = {"aioring": log_aioring, "aioring.buffered": log_aioring_buffered, "aiofile": log_aiofile,
        "aiofiles": log_aiofiles}
 NEEDS = {"aiofile": aiofile, "aiofiles": aiofiles}
 

@@ -331,7 +331,7 @@ class AsyncFileIO(_BinaryBase):
         try:
             raw.begin_call()
             try:
-                data: bytes = await _ops.read(raw._fd, size, raw.pos)
+                data: bytes = await _ops.read(raw.fileno(), size, raw.pos)
                 raw.pos += len(data)
             finally:
                 raw.end_call()
