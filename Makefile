@@ -52,6 +52,7 @@ ASAN_TESTS := tests/test_streams.py tests/test_streams_edges.py tests/test_fault
 asan: $(VENV)/.installed-test
 	rm -rf build/asan build/asan-tmp
 	mkdir -p build/asan && cp -r aioring build/asan/ && rm -f build/asan/aioring/*.so
+	$(PY) -m pip install -q 'setuptools>=77'  # (setup.py build_ext runs with the venv's own: pyproject's license needs 77)
 	CFLAGS="-fsanitize=address -fno-omit-frame-pointer -g" LDFLAGS="-fsanitize=address" \
 	  $(PY) setup.py -q build_ext --build-lib build/asan --build-temp build/asan-tmp
 	cd build/asan && ASAN_OPTIONS=detect_leaks=0 PYTHONMALLOC=malloc \
