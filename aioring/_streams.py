@@ -44,7 +44,7 @@ from ._core import ReadExactly
 from ._channel import _Channel as _Channel  # noqa: PLC0414  (re-exported: the TLS layer names it from here)
 from ._binding import MSG_WAITALL, AcceptRequest, prep_accept, prep_poll
 from ._net import check_socket, sock_connect
-from ._ops import check_fd, pace, standing_in
+from ._ops import check_fd, standing_in
 from ._ringbase import _DONE as _OP_DONE
 from ._loops import get_ring
 from ._ringbase import Op, os_error
@@ -145,31 +145,15 @@ class StreamReader(asyncio.StreamReader):
             return await self._tls.wait_for_data(self, func_name)
         if self._rx is None:
             return await super()._wait_for_data(func_name)  # type: ignore[misc]
-        waiter = self._arrival(func_name)
+        # (What a read of a ring stream that wants more than is buffered
+        # awaits: the core's arrival(), see src/channel.h.  Not a coroutine:
+        # the reads' hot paths call it without a coroutine of their own.)
+        waiter = self._rx.arrival(func_name)
         if waiter is not None:
             try:
                 await waiter
             finally:
                 self._waiter = None
-
-    def _arrival(self, func_name: str) -> Awaitable[None] | None:
-        """What a read of a ring stream that wants more than is buffered
-        awaits (then sets _waiter to None): the reader's waiter, the receive
-        into the buffer armed.  None when the read that does not wait
-        brought bytes at once.  Raises asyncio's RuntimeError when another
-        coroutine waits.  (A method, not a coroutine: the reads' hot paths
-        call it without a coroutine of their own.)"""
-        if self._waiter is not None:
-            raise RuntimeError(f"{func_name}() called while another coroutine is already "
-                               "waiting for incoming data")
-        rx = self._rx
-        assert rx is not None
-        if not rx._armed and rx.pull_due():
-            if pace():
-                return self._turn_then_wait()  # (a stream that always has data still lets the loop run)
-            if not rx._armed and rx.pull():
-                return None
-        return self._armed_waiter(rx)
 
     def _armed_waiter(self, rx: _Receiver) -> asyncio.Future[None]:
         waiter = self._waiter = self._loop.create_future()
@@ -200,7 +184,7 @@ class StreamReader(asyncio.StreamReader):
             raise self._exception
         buffered = self._buffer
         if not buffered and not self._eof:
-            waiter = self._arrival("read")  # (_wait_for_data's, without its coroutine: the hot path)
+            waiter = self._rx.arrival("read")  # (_wait_for_data's, without its coroutine: the hot path)
             if waiter is not None:
                 try:
                     await waiter
@@ -321,7 +305,7 @@ class StreamReader(asyncio.StreamReader):
                     if rx is None:
                         await self._wait_for_data("readinto_exactly")
                         continue
-                    waiter = self._arrival("readinto_exactly")
+                    waiter = rx.arrival("readinto_exactly")
                     if waiter is not None:
                         try:
                             await waiter

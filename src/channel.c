@@ -3,6 +3,7 @@
  * point). */
 #define PY_SSIZE_T_CLEAN
 #include "channel.h"
+#include "fileops.h"
 #include "flush.h"
 
 #include <errno.h>
@@ -18,6 +19,7 @@
 #endif
 
 static PyObject *str_buffer, *str_waiter, *str_received, *str_set_result, *str_feed_eof, *str_pull_failed;
+static PyObject *str_turn_then_wait, *str_loop, *str_create_future, *str_arm;
 
 static int
 is_none_obj(PyObject *obj)
@@ -555,6 +557,101 @@ recv_pull(AiorRecv *rx, PyObject *unused)
     Py_RETURN_TRUE;
 }
 
+/* ------------------------------------------------ a read's wait */
+
+/* The reader's waiter set to None, the exception set before kept. */
+static void
+unset_waiter(AiorRecv *rx)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyObject_SetAttr(rx->reader, str_waiter, Py_None) < 0)
+        PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+}
+
+PyObject *
+aior_recv_arrival(AiorRecv *rx, PyObject *func_name)
+{
+    if (no_reader(rx)) {
+        PyErr_SetString(PyExc_RuntimeError, "the receiver has no reader");
+        return NULL;
+    }
+    PyObject *reader = rx->reader;
+    PyObject *waiter = PyObject_GetAttr(reader, str_waiter);
+    if (waiter == NULL)
+        return NULL;
+    int busy = waiter != Py_None;
+    Py_DECREF(waiter);
+    if (busy) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "%U() called while another coroutine is already waiting for incoming data", func_name);
+        return NULL;
+    }
+    Py_INCREF(rx);  /* (what follows calls Python, which may let go of the reader's channel) */
+    Py_INCREF(reader);
+    PyObject *result = NULL;
+    if (!rx->armed && !rx->pull_skip) {
+        PyObject *due = aior_pace();
+        if (due == NULL)
+            goto done;
+        int yields = PyObject_IsTrue(due);
+        Py_DECREF(due);
+        if (yields < 0)
+            goto done;
+        if (yields) {  /* (a stream that always has data still lets the loop run) */
+            result = PyObject_CallMethodNoArgs(reader, str_turn_then_wait);
+            goto done;
+        }
+        if (!rx->armed) {
+            PyObject *got = recv_pull(rx, NULL);
+            if (got == NULL)
+                goto done;
+            int fed = got == Py_True;
+            Py_DECREF(got);
+            if (fed) {
+                result = Py_NewRef(Py_None);
+                goto done;
+            }
+        }
+    } else if (!rx->armed) {
+        rx->pull_skip--;  /* (pull_due()'s count) */
+    }
+    PyObject *loop = PyObject_GetAttr(reader, str_loop);
+    waiter = loop == NULL ? NULL : PyObject_CallMethodNoArgs(loop, str_create_future);
+    Py_XDECREF(loop);
+    if (waiter == NULL)
+        goto done;
+    if (PyObject_SetAttr(reader, str_waiter, waiter) < 0) {
+        Py_DECREF(waiter);
+        goto done;
+    }
+    if (!rx->armed) {
+        PyObject *r = PyObject_CallMethodNoArgs((PyObject *)rx, str_arm);
+        if (r == NULL) {
+            unset_waiter(rx);
+            Py_DECREF(waiter);
+            goto done;
+        }
+        Py_DECREF(r);
+    }
+    result = waiter;
+done:
+    Py_DECREF(reader);
+    Py_DECREF(rx);
+    return result;
+}
+
+static PyObject *
+recv_arrival(AiorRecv *rx, PyObject *func_name)
+{
+    if (!PyUnicode_Check(func_name)) {
+        PyErr_SetString(PyExc_TypeError, "arrival() takes the name of the read (a str)");
+        return NULL;
+    }
+    return aior_recv_arrival(rx, func_name);
+}
+
 static int
 recv_getbuffer(AiorRecv *rx, Py_buffer *view, int flags)
 {
@@ -609,6 +706,8 @@ static PyMethodDef recv_methods[] = {
      "pull_due() -> bool: whether the next wait tries pull() first (see channel.h)."},
     {"pull", (PyCFunction)recv_pull, METH_NOARGS,
      "pull() -> bool: feed the reader what the fd holds, without waiting (see channel.h)."},
+    {"arrival", (PyCFunction)recv_arrival, METH_O,
+     "arrival(func_name): what a read of the reader that wants more than is buffered awaits (see channel.h)."},
     {"_rearm", (PyCFunction)recv_rearm_op, METH_O,
      "_rearm(op) -> bool: start op, the receive into the chunk, again (see channel.h)."},
     {"_into_done", (PyCFunction)recv_into_done, METH_O,
@@ -1117,6 +1216,12 @@ aior_channel_add_types(PyObject *module)
     str_send = PyUnicode_InternFromString("send");
     str_sent = PyUnicode_InternFromString("_sent");
     str_after_send = PyUnicode_InternFromString("_after_send");
+    str_turn_then_wait = PyUnicode_InternFromString("_turn_then_wait");
+    str_loop = PyUnicode_InternFromString("_loop");
+    str_create_future = PyUnicode_InternFromString("create_future");
+    str_arm = PyUnicode_InternFromString("arm");
+    if (str_turn_then_wait == NULL || str_loop == NULL || str_create_future == NULL || str_arm == NULL)
+        return -1;
     if (str_buffer == NULL || str_waiter == NULL || str_received == NULL || str_set_result == NULL ||
         str_feed_eof == NULL || str_pull_failed == NULL ||
         str_write == NULL || str_append == NULL || str_clear == NULL || str_send == NULL ||

@@ -183,6 +183,16 @@ extern PyTypeObject AiorSender_Type;
  *  other error goes to policy, _pull_failed(errno), which raises it.  Raises
  *  what appending to the reader's buffer raises (see _deliver).
  *
+ * [arrival(func_name) -> awaitable | None]  What a read of the reader that
+ *  wants more than its buffer holds awaits (the reader then sets its
+ *  _waiter to None): a future of the reader's loop, made its _waiter, with
+ *  the receive into the buffer armed (arm(), unless _armed); or None when a
+ *  pull() (made first while pull_due() says so) brought bytes or EOF at
+ *  once; or, when pace() says the loop is due a turn first, the reader's
+ *  _turn_then_wait() coroutine.  Raises asyncio's RuntimeError naming
+ *  func_name when the reader has a _waiter already, and what arm(),
+ *  pull() and the loop's create_future() raise (the _waiter unset again).
+ *
  * [_rearm(op) -> bool]  Policy's arm() of op, its receive into the chunk
  *  (an op the core prepares, whose CQE is in), in its common case: this
  *  loop iteration's flush scheduled already and no eager run going
@@ -269,6 +279,8 @@ extern PyTypeObject AiorSender_Type;
  *  RECV_CHUNK, JOIN_MAX and POOL_MIN to the module (its init).
  */
 int aior_recv_complete(AiorCore *core, AiorOp *op, AiorRecv *rx, int res);
+/* arrival(func_name) (above) for C callers: a new reference, or NULL. */
+PyObject *aior_recv_arrival(AiorRecv *rx, PyObject *func_name);
 int aior_channel_add_types(PyObject *module);
 
 #endif

@@ -887,8 +887,8 @@ static PyTypeObject CacheFirstCall_Type = {
 
 /* pace(): one call counted; False, or pace_due()'s answer (policy's yield)
    when the count reaches yield_every (or is not an int). */
-static PyObject *
-fileops_pace(PyObject *module, PyObject *unused)
+PyObject *
+aior_pace(void)
 {
     if (plain == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "pace() before fileops_setup()");
@@ -900,6 +900,12 @@ fileops_pace(PyObject *module, PyObject *unused)
     if (count_served() < 0)
         return NULL;
     Py_RETURN_FALSE;
+}
+
+static PyObject *
+fileops_pace(PyObject *module, PyObject *unused)
+{
+    return aior_pace();
 }
 
 static PyMethodDef fileops_methods[] = {

@@ -98,4 +98,7 @@ int aior_fileops_add(PyObject *module);
  *  core's fast paths to leave the call to policy. */
 int aior_owed(void);
 
+/* aior_pace() -> bool | NULL  pace() (above) for C callers: a new reference. */
+PyObject *aior_pace(void);
+
 #endif

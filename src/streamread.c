@@ -2,6 +2,7 @@
 #define PY_SSIZE_T_CLEAN
 #include "streamread.h"
 #include "awaitable.h"
+#include "channel.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -28,7 +29,7 @@ typedef struct {
 } ReadExactlyCall;
 
 static PyTypeObject ReadExactly_Type, ReadExactlyCall_Type;
-static PyObject *str_tls, *str_rx, *str_exception, *str_buffer, *str_eof, *str_waiter, *str_arrival,
+static PyObject *str_tls, *str_rx, *str_exception, *str_buffer, *str_eof, *str_waiter,
     *str_name, *str_throw, *str_close, *everything;
 
 /* ------------------------------------------------------------ ReadExactly */
@@ -242,7 +243,16 @@ fill(ReadExactlyCall *self, PyObject **result)
             }
             return PYGEN_ERROR;
         }
-        PyObject *waiter = PyObject_CallMethodOneArg(self->reader, str_arrival, str_name);
+        PyObject *rx = PyObject_GetAttr(self->reader, str_rx);
+        if (rx == NULL)
+            return PYGEN_ERROR;
+        if (!AiorRecv_Check(rx)) {
+            PyErr_Format(PyExc_TypeError, "a ring stream's _rx is %.100s, not a Receiver", Py_TYPE(rx)->tp_name);
+            Py_DECREF(rx);
+            return PYGEN_ERROR;
+        }
+        PyObject *waiter = aior_recv_arrival((AiorRecv *)rx, str_name);
+        Py_DECREF(rx);
         if (waiter == NULL)
             return PYGEN_ERROR;
         if (waiter == Py_None) {
@@ -254,7 +264,7 @@ fill(ReadExactlyCall *self, PyObject **result)
         } else {
             unaryfunc await = Py_TYPE(waiter)->tp_as_async != NULL ? Py_TYPE(waiter)->tp_as_async->am_await : NULL;
             if (await == NULL)
-                PyErr_Format(PyExc_TypeError, "_arrival() answered %.100s, not an awaitable", Py_TYPE(waiter)->tp_name);
+                PyErr_Format(PyExc_TypeError, "arrival() answered %.100s, not an awaitable", Py_TYPE(waiter)->tp_name);
             self->inner = await == NULL ? NULL : await(waiter);
             Py_DECREF(waiter);
             if (self->inner == NULL) {
@@ -580,13 +590,12 @@ aior_streamread_add(PyObject *module)
     str_buffer = PyUnicode_InternFromString("_buffer");
     str_eof = PyUnicode_InternFromString("_eof");
     str_waiter = PyUnicode_InternFromString("_waiter");
-    str_arrival = PyUnicode_InternFromString("_arrival");
     str_name = PyUnicode_InternFromString("readinto_exactly");
     str_throw = PyUnicode_InternFromString("throw");
     str_close = PyUnicode_InternFromString("close");
     everything = PySlice_New(NULL, NULL, NULL);
     if (str_tls == NULL || str_rx == NULL || str_exception == NULL || str_buffer == NULL || str_eof == NULL ||
-        str_waiter == NULL || str_arrival == NULL || str_name == NULL || str_throw == NULL || str_close == NULL ||
+        str_waiter == NULL || str_name == NULL || str_throw == NULL || str_close == NULL ||
         everything == NULL)
         return -1;
     if (PyType_Ready(&ReadExactly_Type) < 0 || PyType_Ready(&ReadExactlyCall_Type) < 0)

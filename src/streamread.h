@@ -14,7 +14,7 @@
  *  (_exception) is raised; while its buffer holds fewer bytes than buf, an
  *  EOF (_eof) raises incomplete(partial, n) with the buffer's bytes (the
  *  buffer emptied), and otherwise the call awaits what
- *  reader._arrival("readinto_exactly") answers (None: bytes came at once),
+ *  reader._rx.arrival("readinto_exactly") answers (None: bytes came at once),
  *  setting reader._waiter to None once that ends, however it ends; then
  *  buf[:] gets the buffer's first n bytes, which leave the buffer, and the
  *  result is n.  Any other call goes on in public's coroutine, to which it

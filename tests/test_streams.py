@@ -1036,6 +1036,33 @@ async def test_concurrent_reads_are_refused_as_asyncio_does(socks, impl):
     await _close(writer)
 
 
+@pytest.mark.parametrize("call", ["readexactly", "read", "readinto_exactly"])
+async def test_a_wait_whose_receive_cannot_start_raises_and_leaves_no_waiter(socks, monkeypatch, call):
+    """The wait step arms the reader's receive after making its waiter: when
+    that fails, the read raises the error and the reader has no waiter, so
+    the next read goes on (readinto_exactly's wait is the core's own)."""
+    from aioring import _channel
+
+    a, b = _tcp_pair(socks)
+    reader, writer = await _streams("aioring", a)
+    args = {"readexactly": (4,), "read": (4,), "readinto_exactly": (bytearray(4),)}[call]
+    real_arm = _channel._Receiver.arm
+
+    def failing_arm(self):
+        raise OSError(5, "the receive could not start")
+
+    monkeypatch.setattr(_channel._Receiver, "arm", failing_arm)
+    with pytest.raises(OSError) as info:
+        await getattr(reader, call)(*args)
+    assert info.value.errno == 5
+    assert reader._waiter is None
+    monkeypatch.setattr(_channel._Receiver, "arm", real_arm)
+    b.sendall(b"data")
+    got = await getattr(reader, call)(*args)
+    assert (args[0] if call == "readinto_exactly" else got) == b"data"
+    await _close(writer)
+
+
 @pytest.mark.parametrize("size", [100, 50_000])
 async def test_a_refused_concurrent_read_consumes_nothing(socks, size):
     """A read refused with RuntimeError (another coroutine waits for data)
