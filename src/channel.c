@@ -483,14 +483,21 @@ failed: {
 
 /* ------------------------------------------- reads that do not wait */
 
-static PyObject *
-recv_pull_due(AiorRecv *rx, PyObject *unused)
+/* pull_due(): 1, or 0 with one less to skip. */
+static int
+pull_due(AiorRecv *rx)
 {
     if (rx->pull_skip) {
         rx->pull_skip--;
-        Py_RETURN_FALSE;
+        return 0;
     }
-    Py_RETURN_TRUE;
+    return 1;
+}
+
+static PyObject *
+recv_pull_due(AiorRecv *rx, PyObject *unused)
+{
+    return PyBool_FromLong(pull_due(rx));
 }
 
 static PyObject *
@@ -591,7 +598,7 @@ aior_recv_arrival(AiorRecv *rx, PyObject *func_name)
     Py_INCREF(rx);  /* (what follows calls Python, which may let go of the reader's channel) */
     Py_INCREF(reader);
     PyObject *result = NULL;
-    if (!rx->armed && !rx->pull_skip) {
+    if (!rx->armed && pull_due(rx)) {
         PyObject *due = aior_pace();
         if (due == NULL)
             goto done;
@@ -614,8 +621,6 @@ aior_recv_arrival(AiorRecv *rx, PyObject *func_name)
                 goto done;
             }
         }
-    } else if (!rx->armed) {
-        rx->pull_skip--;  /* (pull_due()'s count) */
     }
     PyObject *loop = PyObject_GetAttr(reader, str_loop);
     waiter = loop == NULL ? NULL : PyObject_CallMethodNoArgs(loop, str_create_future);
