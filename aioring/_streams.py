@@ -305,7 +305,7 @@ class StreamReader(asyncio.StreamReader):
                     if rx is None:
                         await self._wait_for_data("readinto_exactly")
                         continue
-                    waiter = rx.arrival("readinto_exactly")
+                    waiter = rx.arrival("readinto_exactly", n - len(buffered))
                     if waiter is not None:
                         try:
                             await waiter
@@ -352,6 +352,7 @@ class StreamReader(asyncio.StreamReader):
             with memoryview(buffered) as m:
                 view[:k] = m[:k]
             del buffered[:k]
+            rx._bodies = True  # (read ahead and copied: the next header's wait takes no more)
         if k == n:
             return n
         if self._eof:

@@ -19,7 +19,7 @@
 #endif
 
 static PyObject *str_buffer, *str_waiter, *str_received, *str_set_result, *str_feed_eof, *str_pull_failed;
-static PyObject *str_turn_then_wait, *str_loop, *str_create_future, *str_arm;
+static PyObject *str_turn_then_wait, *str_loop, *str_create_future, *str_arm, *str_op;
 
 static int
 is_none_obj(PyObject *obj)
@@ -184,10 +184,21 @@ deliver(AiorRecv *rx, AiorCore *core, AiorOp *op, int res)
 int
 aior_recv_complete(AiorCore *core, AiorOp *op, AiorRecv *rx, int res)
 {
+    unsigned int limit = 0;
+    if (op != NULL) {
+        limit = op->limit;
+        op->limit = 0;
+    }
     rx->armed = 0;
     if (res <= 0 || rx->closing || rx->paused || no_reader(rx) || rx->chunk == NULL ||
         res > AIOR_RECV_CHUNK)
         return to_policy(rx, res);
+    if (limit && (unsigned int)res == limit) {
+        /* A header, capped, came whole: its body is most likely in the
+           socket, for the caller's buffer.  Not re-armed. */
+        rx->rest_due = 1;
+        return deliver(rx, NULL, NULL, res);
+    }
     return deliver(rx, core, op, res);
 }
 
@@ -339,11 +350,48 @@ end_into(AiorRecv *rx, int res)
     return ret;
 }
 
+/* A read that does not wait met the connection's error `err`: policy's
+   _pull_failed() fails the channel and raises it, as the ring's receive
+   would have (the kernel reports it once).  Always NULL. */
+static PyObject *
+pull_failed(AiorRecv *rx, int err)
+{
+    PyObject *num = PyLong_FromLong(err);
+    if (num == NULL)
+        return NULL;
+    PyObject *r = aior_call_method1((PyObject *)rx, str_pull_failed, num);
+    Py_DECREF(num);
+    if (r != NULL) {
+        Py_DECREF(r);
+        PyErr_SetString(PyExc_SystemError, "_pull_failed() returned");
+    }
+    return NULL;
+}
+
+/* One recv(2) of the socket fd that does not wait, into buf: the bytes
+   taken (0: EOF), -1 when none were there, or -2 with the connection's
+   error raised (pull_failed). */
+static Py_ssize_t
+recv_now(AiorRecv *rx, int fd, char *buf, Py_ssize_t length)
+{
+    if (length > AIOR_MAX_RW)
+        length = AIOR_MAX_RW;
+    ssize_t n = recv(fd, buf, (size_t)length, MSG_DONTWAIT);
+    if (n >= 0)
+        return n;
+    int err = errno;
+    if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR)
+        return -1;
+    pull_failed(rx, err);
+    return -2;
+}
+
 /* The rest of a frame whose start came already is most likely in the socket
    too: one receive that does not wait takes what is there into the pinned
    buffer (op's view, from into_got on), counted in into_got, without a ring
-   receive or a wake-up.  The bytes taken (0: EOF), or -1 when none were
-   (nothing there, an error the ring's receive then meets, or not a socket). */
+   receive or a wake-up.  The bytes taken (0: EOF), -1 when none were
+   (nothing there, or not a socket), or -2 with the connection's error
+   raised. */
 static Py_ssize_t
 receive_at_once(AiorRecv *rx, AiorOp *op)
 {
@@ -358,14 +406,23 @@ receive_at_once(AiorRecv *rx, AiorOp *op)
     }
     if (opcode != IORING_OP_RECV)
         return -1;
-    Py_ssize_t length = rx->into_end - rx->into_got;
-    if (length > AIOR_MAX_RW)
-        length = AIOR_MAX_RW;
-    ssize_t n = recv((int)fd, (char *)op->view.buf + rx->into_got, (size_t)length, MSG_DONTWAIT);
-    if (n < 0)
-        return -1;
-    rx->into_got += n;
+    Py_ssize_t n = recv_now(rx, (int)fd, (char *)op->view.buf + rx->into_got, rx->into_end - rx->into_got);
+    if (n > 0)
+        rx->into_got += n;
     return n;
+}
+
+Py_ssize_t
+aior_recv_body_now(AiorRecv *rx, char *buf, Py_ssize_t n)
+{
+    int due = rx->rest_due;
+    rx->rest_due = 0;
+    if (!due || !rx->is_socket || rx->closing || rx->paused || rx->armed || rx->into_out || no_reader(rx))
+        return -1;
+    Py_ssize_t got = recv_now(rx, rx->fd, buf, n);
+    if (got > 0)
+        rx->bodies = 1;
+    return got;
 }
 
 static PyObject *
@@ -382,11 +439,14 @@ recv_receive_into(AiorRecv *rx, PyObject *const *args, Py_ssize_t nargs)
     if (exact < 0)
         return NULL;
     AiorCore *core = into_core(rx);
+    int rest_due = rx->rest_due;
+    rx->rest_due = 0;
     if (core == NULL || rx->into_out || rx->armed || rx->closing || rx->paused)
         Py_RETURN_FALSE;
     AiorOp *op = (AiorOp *)rx->into_op;
     if (op->state == AIOR_SUBMITTED || op->pinned)
         Py_RETURN_FALSE;
+    rx->bodies = 1;
     if (PyObject_GetBuffer(args[0], &op->view, PyBUF_WRITABLE) < 0)
         return NULL;
     op->pinned = 1;
@@ -399,7 +459,11 @@ recv_receive_into(AiorRecv *rx, PyObject *const *args, Py_ssize_t nargs)
     rx->into_end = op->view.len;
     rx->into_exact = (char)exact;
     rx->into_res = 0;
-    Py_ssize_t taken = exact && start > 0 ? receive_at_once(rx, op) : -1;
+    Py_ssize_t taken = exact && (start > 0 || rest_due) ? receive_at_once(rx, op) : -1;
+    if (taken == -2) {
+        aior_unpin(op);
+        return NULL;
+    }
     if (taken == 0 || rx->into_got == rx->into_end) {
         /* All of it (or EOF) there and then: no receive, the waiter woken now. */
         aior_unpin(op);
@@ -515,6 +579,11 @@ recv_pull(AiorRecv *rx, PyObject *unused)
         Py_RETURN_FALSE;
     }
     size_t len = view.len < AIOR_RECV_CHUNK ? (size_t)view.len : AIOR_RECV_CHUNK;
+    size_t cap = (size_t)rx->cap;
+    if (cap && len > cap)
+        len = cap; /* (a header's: see arrival) */
+    else
+        cap = 0;
     if (rx->is_socket) {
         n = recv(rx->fd, view.buf, len, MSG_DONTWAIT);
     } else {
@@ -544,17 +613,11 @@ recv_pull(AiorRecv *rx, PyObject *unused)
             rx->pull_skip = AIOR_RING_ONLY; /* (a kernel without RWF_NOWAIT for pipes) */
             Py_RETURN_FALSE;
         }
-        PyObject *num = PyLong_FromLong(err);
-        if (num == NULL)
-            return NULL;
-        PyObject *r = aior_call_method1((PyObject *)rx, str_pull_failed, num);
-        Py_DECREF(num);
-        Py_XDECREF(r);
-        if (r != NULL)
-            PyErr_SetString(PyExc_SystemError, "_pull_failed() returned");
-        return NULL;
+        return pull_failed(rx, err);
     }
     rx->pull_backoff = 1;
+    if (cap && (size_t)n == cap)
+        rx->rest_due = 1;
     PyObject *buf = reader_buffer(rx);
     int ret = buf == NULL ? -1 : append(view.buf, buf, n);
     Py_XDECREF(buf);
@@ -577,8 +640,8 @@ unset_waiter(AiorRecv *rx)
     PyErr_Restore(type, value, tb);
 }
 
-PyObject *
-aior_recv_arrival(AiorRecv *rx, PyObject *func_name)
+static PyObject *
+do_arrival(AiorRecv *rx, PyObject *func_name)
 {
     if (no_reader(rx)) {
         PyErr_SetString(PyExc_RuntimeError, "the receiver has no reader");
@@ -647,14 +710,50 @@ done:
     return result;
 }
 
-static PyObject *
-recv_arrival(AiorRecv *rx, PyObject *func_name)
+PyObject *
+aior_recv_arrival(AiorRecv *rx, PyObject *func_name, Py_ssize_t want)
 {
-    if (!PyUnicode_Check(func_name)) {
-        PyErr_SetString(PyExc_TypeError, "arrival() takes the name of the read (a str)");
+    /* After a body read into the caller's buffer, an exact read's wait
+       (a header's) takes no more than it lacks: see channel.h. */
+    rx->rest_due = 0;
+    rx->cap = want > 0 && want <= UINT_MAX && rx->bodies && rx->is_socket && core_of(rx) != NULL &&
+              core_of(rx)->ring != NULL ? want : 0;
+    rx->bodies = 0;
+    AiorOp *capped = NULL;
+    if (rx->cap) {
+        /* The receive into the chunk that arm() starts (policy's _op), capped. */
+        PyObject *op = PyObject_GetAttr((PyObject *)rx, str_op);
+        if (op == NULL)
+            PyErr_Clear(); /* (none: pull() alone is capped) */
+        else if (PyObject_TypeCheck(op, &AiorOp_Type) && ((AiorOp *)op)->state != AIOR_SUBMITTED &&
+                 ((AiorOp *)op)->prep == Py_None)
+            capped = (AiorOp *)op;
+        else
+            Py_DECREF(op);
+        if (capped != NULL)
+            capped->limit = (unsigned int)rx->cap;
+    }
+    PyObject *result = do_arrival(rx, func_name);
+    rx->cap = 0;
+    if (capped != NULL) {
+        if (capped->state != AIOR_SUBMITTED)
+            capped->limit = 0; /* (not started: a pull() fed the reader, or an error) */
+        Py_DECREF(capped);
+    }
+    return result;
+}
+
+static PyObject *
+recv_arrival(AiorRecv *rx, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t want = 0;
+    if (nargs < 1 || nargs > 2 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "arrival() takes the name of the read (a str) and what it lacks");
         return NULL;
     }
-    return aior_recv_arrival(rx, func_name);
+    if (nargs == 2 && (want = PyLong_AsSsize_t(args[1])) == -1 && PyErr_Occurred())
+        return NULL;
+    return aior_recv_arrival(rx, args[0], want);
 }
 
 static int
@@ -711,8 +810,8 @@ static PyMethodDef recv_methods[] = {
      "pull_due() -> bool: whether the next wait tries pull() first (see channel.h)."},
     {"pull", (PyCFunction)recv_pull, METH_NOARGS,
      "pull() -> bool: feed the reader what the fd holds, without waiting (see channel.h)."},
-    {"arrival", (PyCFunction)recv_arrival, METH_O,
-     "arrival(func_name): what a read of the reader that wants more than is buffered awaits (see channel.h)."},
+    {"arrival", (PyCFunction)(void (*)(void))recv_arrival, METH_FASTCALL,
+     "arrival(func_name, want=0): what a read of the reader that wants more than is buffered awaits (see channel.h)."},
     {"_rearm", (PyCFunction)recv_rearm_op, METH_O,
      "_rearm(op) -> bool: start op, the receive into the chunk, again (see channel.h)."},
     {"_into_done", (PyCFunction)recv_into_done, METH_O,
@@ -740,6 +839,7 @@ static PyMemberDef recv_members[] = {
     {"_fd", T_INT, offsetof(AiorRecv, fd), 0, NULL},
     {"_rwf_nowait", T_INT, offsetof(AiorRecv, rwf_nowait), 0, NULL},
     {"_is_socket", T_BOOL, offsetof(AiorRecv, is_socket), 0, NULL},
+    {"_bodies", T_BOOL, offsetof(AiorRecv, bodies), 0, NULL},
     {NULL},
 };
 
@@ -1225,7 +1325,9 @@ aior_channel_add_types(PyObject *module)
     str_loop = PyUnicode_InternFromString("_loop");
     str_create_future = PyUnicode_InternFromString("create_future");
     str_arm = PyUnicode_InternFromString("arm");
-    if (str_turn_then_wait == NULL || str_loop == NULL || str_create_future == NULL || str_arm == NULL)
+    str_op = PyUnicode_InternFromString("_op");
+    if (str_turn_then_wait == NULL || str_loop == NULL || str_create_future == NULL || str_arm == NULL ||
+        str_op == NULL)
         return -1;
     if (str_buffer == NULL || str_waiter == NULL || str_received == NULL || str_set_result == NULL ||
         str_feed_eof == NULL || str_pull_failed == NULL ||

@@ -38,6 +38,10 @@
  *                    into its own buffer); 0: never.
  *       _buffer_max  re-arms only while the reader's buffer holds fewer
  *                    bytes than this (backpressure: the reader's limit).
+ *       _bodies      the last read was a body's (16 KiB or more) into the
+ *                    caller's buffer: set by policy, the core's
+ *                    readinto_exactly and _receive_into; taken by the
+ *                    next arrival() (see framed reads below).
  *   - the receive into the caller's own buffer (readinto and
  *     readinto_exactly of a large buffer), a second op whose sink is the
  *     bound _into_done: started by _receive_into(), re-armed in C into the
@@ -58,6 +62,18 @@
  *       _into_res    once it ended: the last result (> 0: it stopped with
  *                    the buffer full, or after one receive when not exact,
  *                    or short when the SQ stayed full; 0: EOF; < 0: -errno).
+ *   - framed reads, a small header and then a body received into the
+ *     caller's buffer: the header's wait (arrival(func_name, want)) after
+ *     such a body read receives just the `want` bytes it lacks (the
+ *     receive into the chunk capped through the limit of its op, policy's
+ *     _op (core.h), or pull()'s read), so that the body stays in the
+ *     socket instead of being read ahead into the reader's buffer and
+ *     copied out of it twice.  A capped
+ *     receive that came back full is not re-armed, and the body's receive
+ *     into the caller's buffer that follows is tried at once first
+ *     (recv(2) with MSG_DONTWAIT): no ring receive, no wake-up, no copy.
+ *     Only a socket's, and only with a core (the threads backend reads
+ *     ahead as before: a receive there is a thread's hop).
  *     The caller's buffer is pinned by the op while the kernel has it and
  *     referenced by the receiver (not exported) between two receives; both
  *     end with the receive.  At most one of the two ops is out at a time
@@ -100,6 +116,9 @@ typedef struct {
     int fd;                /* _fd */
     int rwf_nowait;        /* _rwf_nowait: preadv2's flag for a pipe's pull() (RWF_NOWAIT) */
     char is_socket;        /* _is_socket */
+    char bodies;           /* the last read was a receive into the caller's buffer */
+    char rest_due;         /* a capped read came back full: more is likely there */
+    Py_ssize_t cap;        /* the most the next read into the chunk takes (0: all it can) */
 } AiorRecv;
 
 extern PyTypeObject AiorRecv_Type;
@@ -183,13 +202,16 @@ extern PyTypeObject AiorSender_Type;
  *  other error goes to policy, _pull_failed(errno), which raises it.  Raises
  *  what appending to the reader's buffer raises (see _deliver).
  *
- * [arrival(func_name) -> awaitable | None]  What a read of the reader that
- *  wants more than its buffer holds awaits (the reader then sets its
- *  _waiter to None): a future of the reader's loop, made its _waiter, with
- *  the receive into the buffer armed (arm(), unless _armed); or None when a
- *  pull() (made first while pull_due() says so) brought bytes or EOF at
- *  once; or, when pace() says the loop is due a turn first, the reader's
- *  _turn_then_wait() coroutine.  Raises asyncio's RuntimeError naming
+ * [arrival(func_name, want=0) -> awaitable | None]  What a read of the
+ *  reader that wants more than its buffer holds awaits (the reader then
+ *  sets its _waiter to None): a future of the reader's loop, made its
+ *  _waiter, with the receive into the buffer armed (arm(), unless _armed);
+ *  or None when a pull() (made first while pull_due() says so) brought
+ *  bytes or EOF at once; or, when pace() says the loop is due a turn first,
+ *  the reader's _turn_then_wait() coroutine.  `want` > 0: the read is an
+ *  exact one that lacks `want` bytes; after a body read into the caller's
+ *  buffer, the pull() or receive it starts takes no more (see framed reads
+ *  above).  Raises asyncio's RuntimeError naming
  *  func_name when the reader has a _waiter already, and what arm(),
  *  pull() and the loop's create_future() raise (the _waiter unset again).
  *
@@ -209,8 +231,8 @@ extern PyTypeObject AiorSender_Type;
  *  called.  `waiter` (done() and set_result()) is woken when the receive
  *  ends: after one CQE, or when exact once the buffer is full, at EOF, on
  *  an error, a cancellation, closing or pause.  An exact receive of a
- *  socket from start > 0 on (the rest of a frame whose start came already)
- *  first takes what the socket holds with one recv(2) that does not wait:
+ *  socket from start > 0 on (the rest of a frame whose start came already),
+ *  or right after a capped read that came back full (a header), first takes what the socket holds with one recv(2) that does not wait:
  *  when that fills the buffer (or finds EOF, _into_res 0) the receive ends
  *  there, the waiter woken before this returns, with no ring op; else the
  *  ring receives the rest (should the SQ stay full, the receive ends short
@@ -279,8 +301,14 @@ extern PyTypeObject AiorSender_Type;
  *  RECV_CHUNK, JOIN_MAX and POOL_MIN to the module (its init).
  */
 int aior_recv_complete(AiorCore *core, AiorOp *op, AiorRecv *rx, int res);
-/* arrival(func_name) (above) for C callers: a new reference, or NULL. */
-PyObject *aior_recv_arrival(AiorRecv *rx, PyObject *func_name);
+/* A body's receive at once, for the core's readinto_exactly (streamread.h):
+   right after a capped read came back full (see framed reads above), one
+   recv(2) that does not wait into buf[:n].  The bytes taken (0: EOF), -1
+   when none were (not due, nothing there), or -2 with the connection's
+   error raised (policy's _pull_failed, as pull()'s). */
+Py_ssize_t aior_recv_body_now(AiorRecv *rx, char *buf, Py_ssize_t n);
+/* arrival(func_name, want) (above) for C callers: a new reference, or NULL. */
+PyObject *aior_recv_arrival(AiorRecv *rx, PyObject *func_name, Py_ssize_t want);
 int aior_channel_add_types(PyObject *module);
 
 #endif

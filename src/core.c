@@ -804,7 +804,7 @@ long_arg(PyObject *args, Py_ssize_t i, long long *out)
 
 /* The SQE of a read or write the core prepares itself (op.prep is None):
    op.args is (opcode, fd, start, length, offset, rw_flags[, sqe_flags]),
-   the memory op's pin from `start` on.  Everything is checked before an SQE
+   the memory op's pin from `start` on (length at most op->limit, if set).  Everything is checked before an SQE
    is taken.  0, -EBUSY (the SQ stays full), or -1 with an exception set. */
 static int
 prep_rw(AiorCore *self, AiorOp *op, unsigned long long key)
@@ -831,6 +831,8 @@ prep_rw(AiorCore *self, AiorOp *op, unsigned long long key)
         PyErr_SetString(PyExc_OverflowError, "opcode or fd out of range");
         return -1;
     }
+    if (op->limit && length > op->limit)
+        length = op->limit;
     char *addr = op->pinned ? (char *)op->view.buf + start : NULL;
     struct io_uring_sqe *sqe = get_sqe(self);
     if (sqe == NULL)

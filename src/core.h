@@ -97,6 +97,10 @@ typedef struct {
                           the same operation (see NewFile, treecopy.h):
                           never withdrawn */
     char pinned;       /* view holds a buffer for the kernel */
+    unsigned int limit;/* a read the core prepares moves at most this many
+                          bytes, less than its args' length (0: no limit);
+                          set by its target for one start (a Receiver's
+                          capped receive, channel.h), which clears it */
     Py_buffer view;    /* the pin (see Op.pin) */
 } AiorOp;
 

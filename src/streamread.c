@@ -251,7 +251,7 @@ fill(ReadExactlyCall *self, PyObject **result)
             Py_DECREF(rx);
             return PYGEN_ERROR;
         }
-        PyObject *waiter = aior_recv_arrival((AiorRecv *)rx, str_name);
+        PyObject *waiter = aior_recv_arrival((AiorRecv *)rx, str_name, self->n - PyByteArray_GET_SIZE(self->buffered));
         Py_DECREF(rx);
         if (waiter == NULL)
             return PYGEN_ERROR;
@@ -316,6 +316,49 @@ delegate(ReadExactlyCall *self, PyObject **result)
     return status;
 }
 
+/* A large read found all its bytes read ahead, to be copied: its
+   receiver's next header wait takes no more than it lacks (channel.h). */
+static int
+read_ahead_body(PyObject *reader)
+{
+    PyObject *rx = PyObject_GetAttr(reader, str_rx);
+    if (rx == NULL)
+        return -1;
+    if (AiorRecv_Check(rx))
+        ((AiorRecv *)rx)->bodies = 1;
+    Py_DECREF(rx);
+    return 0;
+}
+
+/* A large read's bytes that the socket holds right after its header
+   (aior_recv_body_now), received into buf: n when they filled it.  Fewer
+   go to the front of the reader's buffer (public's then copies them back
+   and receives the rest).  As aior_recv_body_now's otherwise (0, -1, -2). */
+static Py_ssize_t
+body_now(ReadExactlyCall *self, Py_ssize_t n)
+{
+    PyObject *rx = PyObject_GetAttr(self->reader, str_rx);
+    if (rx == NULL)
+        return -2;
+    Py_ssize_t got = -1;
+    Py_buffer view;
+    if (AiorRecv_Check(rx) && ((AiorRecv *)rx)->rest_due) {
+        if (PyObject_GetBuffer(self->buf, &view, PyBUF_WRITABLE) < 0) {
+            Py_DECREF(rx);
+            return -2;
+        }
+        got = aior_recv_body_now((AiorRecv *)rx, view.buf, n);
+        if (got > 0 && got < n &&
+            PyByteArray_Resize(self->buffered, got) == 0)  /* (empty before: see start) */
+            memcpy(PyByteArray_AS_STRING(self->buffered), view.buf, (size_t)got);
+        else if (got > 0 && got < n)
+            got = -2;
+        PyBuffer_Release(&view);
+    }
+    Py_DECREF(rx);
+    return got;
+}
+
 /* The first step: the core's path (a small buffer, or a large one whose
    bytes are all buffered), or public's coroutine's. */
 static PySendResult
@@ -349,9 +392,23 @@ start(ReadExactlyCall *self, PyObject **result)
         PyErr_SetString(PyExc_TypeError, "a stream reader's _buffer is a bytearray");
         return PYGEN_ERROR;
     }
-    if (n >= self->owner->read_ahead && PyByteArray_GET_SIZE(self->buffered) < n) {
-        Py_CLEAR(self->buffered);  /* (a large read that waits: received straight into buf) */
-        return delegate(self, result);
+    if (n >= self->owner->read_ahead) {
+        if (PyByteArray_GET_SIZE(self->buffered) < n) {
+            /* A large read that waits: received straight into buf, at once
+               when its header was just read (and all of it is there), else
+               by public's coroutine. */
+            Py_ssize_t got = PyByteArray_GET_SIZE(self->buffered) ? -1 : body_now(self, n);
+            if (got == -2)
+                return PYGEN_ERROR;
+            if (got == n) {
+                *result = PyLong_FromSsize_t(n);
+                return *result == NULL ? PYGEN_ERROR : PYGEN_RETURN;
+            }
+            Py_CLEAR(self->buffered);
+            return delegate(self, result);
+        }
+        if (read_ahead_body(self->reader) < 0)
+            return PYGEN_ERROR;
     }
     self->n = n;
     return fill(self, result);

@@ -678,6 +678,69 @@ async def test_bytes_received_ahead_keep_their_order_with_reads_into_the_callers
     await _close(writer)
 
 
+_BODIES = [65536, 65536, 10, 70_000, 16384, 16383, 1, 200_000, 0, 3, 65536, 65536]
+
+
+@pytest.mark.parametrize("how", ["whole", "header_apart", "split"])
+async def test_framed_reads_of_large_and_small_bodies_come_whole_and_in_order(how, socks, aioring_backend):
+    """Frames of a header and a body read with readinto_exactly, bodies large
+    (received straight into the caller's buffer) and small, in any mix: each
+    read gets the peer's bytes whole and in order, however they arrive (a
+    frame at once, its header apart, or its body in two parts around the
+    read's start).  After a large body the next header's read takes no
+    more than the header where the ring receives it, so that the body that
+    follows stays in the socket for the caller's buffer."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await aioring.open_connection(sock=a)
+    hdr = bytearray(8)
+    after_large = False
+    for n in _BODIES:
+        body = os.urandom(n)
+        frame = struct.pack(">Q", n) + body
+        into = bytearray(n)
+        if how == "whole":
+            b.sendall(frame)
+        else:
+            b.sendall(frame[:8] if how == "header_apart" else frame[:8 + n // 2])
+        assert await reader.readinto_exactly(hdr) == 8
+        assert struct.unpack(">Q", hdr)[0] == n
+        if how == "whole" and after_large and aioring_backend == "io_uring":
+            assert len(reader._buffer) == 0, "the body was received ahead into the reader's buffer"
+        if how == "whole":
+            assert await reader.readinto_exactly(into) == n
+        else:
+            task = asyncio.ensure_future(reader.readinto_exactly(memoryview(into)))
+            await asyncio.sleep(0)  # (its first step: what the socket holds of the body)
+            b.sendall(frame[8:] if how == "header_apart" else frame[8 + n // 2:])
+            assert await task == n
+        assert into == body
+        after_large = n >= 16384
+    b.sendall(b"tail")
+    assert await reader.readexactly(4) == b"tail"
+    await _close(writer)
+
+
+@pytest.mark.parametrize("after", ["a_small_read", "a_header"])
+async def test_a_reset_after_a_frames_start_raises_connection_reset(after, socks):
+    """A peer that resets the connection after sending part of a frame: the
+    read of the rest raises ConnectionResetError once the bytes sent before
+    were read, as a socket's recv() does; never a plain end of stream."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await aioring.open_connection(sock=a)
+    if after == "a_header":  # (a large body read first: the header's read takes just the header)
+        b.sendall(struct.pack(">Q", 65536) + bytes(65536))
+        assert await reader.readinto_exactly(bytearray(8)) == 8
+        assert await reader.readinto_exactly(bytearray(65536)) == 65536
+        b.sendall(struct.pack(">Q", 65536))
+    else:
+        b.sendall(struct.pack(">Q", 65536) + b"x" * 100)
+    assert await reader.readinto_exactly(bytearray(8)) == 8
+    _reset(b)
+    with pytest.raises(ConnectionResetError):
+        await reader.readinto_exactly(bytearray(65536))
+    await _close(writer)
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 async def test_receiving_ahead_stops_near_the_readers_limit(impl, socks):
     """A reader that does not read holds at most what asyncio's would (its
