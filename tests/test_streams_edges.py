@@ -720,6 +720,44 @@ async def test_framed_reads_of_large_and_small_bodies_come_whole_and_in_order(ho
     await _close(writer)
 
 
+@pytest.mark.parametrize("cancelled", ["header", "body"])
+async def test_a_framed_read_cancelled_after_a_large_body_loses_nothing(cancelled, socks):
+    """After a large body, a header's read cancelled while it waits, or a
+    body's read cancelled after part of the body came: the next reads get
+    every byte the peer sent, in order (a cancelled readinto_exactly puts
+    what it received back in front of the stream's buffer)."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await aioring.open_connection(sock=a)
+    first = os.urandom(65536)
+    b.sendall(struct.pack(">Q", len(first)) + first)
+    hdr, body = bytearray(8), bytearray(65536)
+    assert await reader.readinto_exactly(hdr) == 8
+    assert await reader.readinto_exactly(body) == 65536 and body == first
+    second = os.urandom(65536)
+    frame = struct.pack(">Q", len(second)) + second
+    if cancelled == "header":
+        task = asyncio.ensure_future(reader.readinto_exactly(hdr))
+        await asyncio.sleep(0)  # (it waits on the empty socket)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        b.sendall(frame)
+        assert await reader.readinto_exactly(hdr) == 8
+    else:
+        b.sendall(frame[:8 + 1000])
+        assert await reader.readinto_exactly(hdr) == 8
+        task = asyncio.ensure_future(reader.readinto_exactly(body))
+        await asyncio.sleep(0)  # (its first step: the 1,000 bytes there)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        b.sendall(frame[8 + 1000:])
+    assert struct.unpack(">Q", hdr)[0] == len(second)
+    assert await reader.readinto_exactly(body) == 65536
+    assert body == second
+    await _close(writer)
+
+
 @pytest.mark.parametrize("after", ["a_small_read", "a_header"])
 async def test_a_reset_after_a_frames_start_raises_connection_reset(after, socks):
     """A peer that resets the connection after sending part of a frame: the
