@@ -256,6 +256,8 @@ class StreamReader(asyncio.StreamReader):
             with memoryview(buffered) as m:
                 view[:k] = m[:k]
             del buffered[:k]
+            if k >= _READ_AHEAD and rx is not None:
+                rx._bodies = True  # (read ahead and copied: the next header's wait takes no more)
             return k
         if self._eof or rx is None:
             return 0

@@ -459,13 +459,14 @@ recv_receive_into(AiorRecv *rx, PyObject *const *args, Py_ssize_t nargs)
     rx->into_end = op->view.len;
     rx->into_exact = (char)exact;
     rx->into_res = 0;
-    Py_ssize_t taken = exact && (start > 0 || rest_due) ? receive_at_once(rx, op) : -1;
+    Py_ssize_t taken = (exact && start > 0) || rest_due ? receive_at_once(rx, op) : -1;
     if (taken == -2) {
         aior_unpin(op);
         return NULL;
     }
-    if (taken == 0 || rx->into_got == rx->into_end) {
-        /* All of it (or EOF) there and then: no receive, the waiter woken now. */
+    if (taken == 0 || rx->into_got == rx->into_end || (taken > 0 && !exact)) {
+        /* All of it (or EOF, or one receive's worth) there and then: no
+           receive, the waiter woken now. */
         aior_unpin(op);
         rx->into_res = (int)taken;
         if (wake_future(core_of(rx), args[3], NULL) < 0)

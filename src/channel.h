@@ -232,9 +232,12 @@ extern PyTypeObject AiorSender_Type;
  *  ends: after one CQE, or when exact once the buffer is full, at EOF, on
  *  an error, a cancellation, closing or pause.  An exact receive of a
  *  socket from start > 0 on (the rest of a frame whose start came already),
- *  or right after a capped read that came back full (a header), first takes what the socket holds with one recv(2) that does not wait:
- *  when that fills the buffer (or finds EOF, _into_res 0) the receive ends
- *  there, the waiter woken before this returns, with no ring op; else the
+ *  and any receive right after a capped read that came back full (a
+ *  header), first takes what the socket holds with one recv(2) that does
+ *  not wait: when that fills the buffer (or finds EOF, _into_res 0; or any
+ *  bytes, when not exact) the receive ends there, the waiter woken before
+ *  this returns, with no ring op; an error there is raised (as pull()'s);
+ *  else the
  *  ring receives the rest (should the SQ stay full, the receive ends short
  *  with what came, _into_res > 0).  False (nothing changed)
  *  when policy has to receive: no _core or its ring detached, no

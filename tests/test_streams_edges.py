@@ -681,15 +681,16 @@ async def test_bytes_received_ahead_keep_their_order_with_reads_into_the_callers
 _BODIES = [65536, 65536, 10, 70_000, 16384, 16383, 1, 200_000, 0, 3, 65536, 65536]
 
 
-@pytest.mark.parametrize("how", ["whole", "header_apart", "split"])
+@pytest.mark.parametrize("how", ["whole", "header_apart", "split", "readinto"])
 async def test_framed_reads_of_large_and_small_bodies_come_whole_and_in_order(how, socks, aioring_backend):
     """Frames of a header and a body read with readinto_exactly, bodies large
     (received straight into the caller's buffer) and small, in any mix: each
     read gets the peer's bytes whole and in order, however they arrive (a
     frame at once, its header apart, or its body in two parts around the
-    read's start).  After a large body the next header's read takes no
-    more than the header where the ring receives it, so that the body that
-    follows stays in the socket for the caller's buffer."""
+    read's start; or the body read with readinto, as much as came).  After
+    a large body the next header's read takes no more than the header where
+    the ring receives it, so that the body that follows stays in the socket
+    for the caller's buffer."""
     a, b = _tcp_pair(socks)
     reader, writer = await aioring.open_connection(sock=a)
     hdr = bytearray(8)
@@ -698,7 +699,7 @@ async def test_framed_reads_of_large_and_small_bodies_come_whole_and_in_order(ho
         body = os.urandom(n)
         frame = struct.pack(">Q", n) + body
         into = bytearray(n)
-        if how == "whole":
+        if how in ("whole", "readinto"):
             b.sendall(frame)
         else:
             b.sendall(frame[:8] if how == "header_apart" else frame[:8 + n // 2])
@@ -708,6 +709,12 @@ async def test_framed_reads_of_large_and_small_bodies_come_whole_and_in_order(ho
             assert len(reader._buffer) == 0, "the body was received ahead into the reader's buffer"
         if how == "whole":
             assert await reader.readinto_exactly(into) == n
+        elif how == "readinto":  # (as much as came, each time)
+            got = 0
+            while got < n:
+                k = await reader.readinto(memoryview(into)[got:])
+                assert k > 0
+                got += k
         else:
             task = asyncio.ensure_future(reader.readinto_exactly(memoryview(into)))
             await asyncio.sleep(0)  # (its first step: what the socket holds of the body)
