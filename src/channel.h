@@ -68,10 +68,10 @@
  *     receive into the chunk capped through the limit of its op, policy's
  *     _op (core.h), or pull()'s read), so that the body stays in the
  *     socket instead of being read ahead into the reader's buffer and
- *     copied out of it twice.  A capped
- *     receive that came back full is not re-armed, and the body's receive
- *     into the caller's buffer that follows is tried at once first
- *     (recv(2) with MSG_DONTWAIT): no ring receive, no wake-up, no copy.
+ *     copied out of it twice.  A capped receive that came back full is not
+ *     re-armed, and the body's receive into the caller's buffer that
+ *     follows is tried at once first (recv(2) with MSG_DONTWAIT): no ring
+ *     receive, no wake-up, no copy.
  *     Only a socket's, and only with a core (the threads backend reads
  *     ahead as before: a receive there is a thread's hop).
  *     The caller's buffer is pinned by the op while the kernel has it and
