@@ -52,6 +52,8 @@ to_policy(AiorRecv *rx, int res)
 static PyObject *
 reader_buffer(AiorRecv *rx)
 {
+    if (rx->buffer != NULL)
+        return Py_NewRef(rx->buffer);
     PyObject *buf = PyObject_GetAttr(rx->reader, str_buffer);
     if (buf != NULL && !PyByteArray_CheckExact(buf)) {
         Py_DECREF(buf);
@@ -123,6 +125,9 @@ rearm(AiorRecv *rx, AiorCore *core, AiorOp *op)
         return -1;
     op->pinned = 1;
     op->cancelled = 0;
+    /* (A re-arm follows a receive that drained the socket: nothing is
+       there yet, and a try would fail before the poll is armed.) */
+    op->poll_first = rx->is_socket && core->poll_first;
     int ret = aior_start(core, op, 0, &key);
     if (ret <= 0) {
         aior_unpin(op);
@@ -224,6 +229,8 @@ static int
 recv_traverse(AiorRecv *rx, visitproc visit, void *arg)
 {
     Py_VISIT(rx->reader);
+    Py_VISIT(rx->buffer);
+    Py_VISIT(rx->loop);
     Py_VISIT(rx->core);
     Py_VISIT(rx->flush);
     Py_VISIT(rx->into_op);
@@ -237,6 +244,8 @@ static int
 recv_clear(AiorRecv *rx)
 {
     Py_CLEAR(rx->reader);
+    Py_CLEAR(rx->buffer);
+    Py_CLEAR(rx->loop);
     Py_CLEAR(rx->core);
     Py_CLEAR(rx->flush);
     Py_CLEAR(rx->into_op);
@@ -686,7 +695,7 @@ do_arrival(AiorRecv *rx, PyObject *func_name)
             }
         }
     }
-    PyObject *loop = PyObject_GetAttr(reader, str_loop);
+    PyObject *loop = rx->loop != NULL ? Py_NewRef(rx->loop) : PyObject_GetAttr(reader, str_loop);
     waiter = loop == NULL ? NULL : PyObject_CallMethodNoArgs(loop, str_create_future);
     Py_XDECREF(loop);
     if (waiter == NULL)
@@ -821,7 +830,6 @@ static PyMethodDef recv_methods[] = {
 };
 
 static PyMemberDef recv_members[] = {
-    {"_reader", T_OBJECT, offsetof(AiorRecv, reader), 0, NULL},
     {"_core", T_OBJECT, offsetof(AiorRecv, core), 0, NULL},
     {"_flush", T_OBJECT, offsetof(AiorRecv, flush), 0, NULL},
     {"_rearm_max", T_PYSSIZET, offsetof(AiorRecv, rearm_max), 0, NULL},
@@ -865,7 +873,46 @@ recv_set_into_op(AiorRecv *rx, PyObject *value, void *unused)
     return 0;
 }
 
+static PyObject *
+recv_get_reader(AiorRecv *rx, void *unused)
+{
+    return Py_NewRef(rx->reader != NULL ? rx->reader : Py_None);
+}
+
+/* Any object (None: no reader), whose _buffer (a bytearray) and _loop are
+   taken now: see channel.h. */
+static int
+recv_set_reader(AiorRecv *rx, PyObject *value, void *unused)
+{
+    PyObject *buffer = NULL, *loop = NULL;
+    if (value == NULL)
+        value = Py_None;
+    if (value != Py_None) {
+        /* (Either missing: looked up at each use instead.) */
+        buffer = PyObject_GetAttr(value, str_buffer);
+        if (buffer == NULL || !PyByteArray_CheckExact(buffer)) {
+            PyErr_Clear();
+            Py_CLEAR(buffer);
+        }
+        loop = PyObject_GetAttr(value, str_loop);
+        if (loop == NULL)
+            PyErr_Clear();
+    }
+    Py_XSETREF(rx->buffer, buffer);
+    Py_XSETREF(rx->loop, loop);
+    Py_XSETREF(rx->reader, Py_NewRef(value));
+    return 0;
+}
+
+PyObject *
+aior_recv_buffer_of(AiorRecv *rx, PyObject *reader)
+{
+    return rx->reader == reader ? rx->buffer : NULL;
+}
+
 static PyGetSetDef recv_getset[] = {
+    {"_reader", (getter)recv_get_reader, (setter)recv_set_reader,
+     "The StreamReader it feeds, or None.", NULL},
     {"has_chunk", (getter)recv_get_has_chunk, NULL, "Whether the chunk exists.", NULL},
     {"_into_op", (getter)recv_get_into_op, (setter)recv_set_into_op,
      "The Op of the receives into the caller's buffer, or None.", NULL},

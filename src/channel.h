@@ -22,7 +22,9 @@
  *                    `_buffer` (a bytearray) gets the bytes; its `_waiter`
  *                    (None, or any object with done() and set_result())
  *                    is woken, and unset first, as asyncio's reader
- *                    unsets it.
+ *                    unsets it.  Setting _reader also takes the reader's
+ *                    `_buffer` and `_loop` once, for the hot paths: an
+ *                    asyncio StreamReader binds neither again.
  *       _armed       a receive into the chunk is in the kernel (its op
  *                    SUBMITTED); cleared by every completion.
  *       _closing     closing: every completion goes to policy.
@@ -93,6 +95,8 @@
 typedef struct {
     PyObject_HEAD
     PyObject *reader;      /* _reader */
+    PyObject *buffer;      /* its _buffer when a bytearray, else NULL */
+    PyObject *loop;        /* its _loop, or NULL */
     PyObject *core;        /* _core: an AiorCore, or None */
     PyObject *flush;       /* _flush: callable, or None */
     Py_ssize_t rearm_max;  /* _rearm_max */
@@ -312,6 +316,10 @@ int aior_recv_complete(AiorCore *core, AiorOp *op, AiorRecv *rx, int res);
 Py_ssize_t aior_recv_body_now(AiorRecv *rx, char *buf, Py_ssize_t n);
 /* arrival(func_name, want) (above) for C callers: a new reference, or NULL. */
 PyObject *aior_recv_arrival(AiorRecv *rx, PyObject *func_name, Py_ssize_t want);
+
+/* The buffer of rx's reader when that reader is `reader` (borrowed), else
+   NULL; no exception either way. */
+PyObject *aior_recv_buffer_of(AiorRecv *rx, PyObject *reader);
 int aior_channel_add_types(PyObject *module);
 
 #endif

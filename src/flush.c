@@ -411,7 +411,8 @@ aior_set_result(AiorCore *self, PyObject *fut, PyObject *value)
 {
     PyObject *r, *callbacks = NULL;
 
-    if (self != NULL && future_type != NULL && Py_TYPE(fut) == future_type) {
+    if (self != NULL && future_type != NULL && Py_TYPE(fut) == future_type && self->ready != NULL &&
+        self->ready != Py_None) {
         /* (a future that is done has none: set_result below raises) */
         callbacks = PyObject_GetAttr(fut, str_callbacks);
         if (callbacks == NULL)

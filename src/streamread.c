@@ -23,6 +23,7 @@ typedef struct {
     ReadExactly *owner;
     PyObject *reader, *buf;
     PyObject *buffered;     /* the reader's _buffer, from the first step on */
+    PyObject *rx;           /* the reader's _rx (its Receiver), from the first step on */
     PyObject *inner;        /* what it waits on (WAITING), or public's coroutine (DELEGATING) */
     Py_ssize_t n;
     int state;
@@ -47,6 +48,7 @@ read_exactly_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf
     call->reader = Py_NewRef(args[0]);
     call->buf = Py_NewRef(args[1]);
     call->buffered = NULL;
+    call->rx = NULL;
     call->inner = NULL;
     call->n = 0;
     call->state = UNSTARTED;
@@ -202,6 +204,18 @@ unset_waiter(PyObject *reader)
 static int
 take(ReadExactlyCall *self)
 {
+    Py_buffer view;
+    if (PyObject_GetBuffer(self->buf, &view, PyBUF_WRITABLE) == 0) {
+        int same = view.len == self->n;
+        if (same)
+            memcpy(view.buf, PyByteArray_AS_STRING(self->buffered), (size_t)self->n);
+        PyBuffer_Release(&view);
+        if (same)
+            goto taken;
+    } else {
+        PyErr_Clear(); /* (what the assignment below raises instead) */
+    }
+    /* (buf changed size while the read waited: as an assignment to it does.) */
     PyObject *part = PyByteArray_GET_SIZE(self->buffered) == self->n
                          ? Py_NewRef(self->buffered)
                          : PySequence_GetSlice(self->buffered, 0, self->n);
@@ -211,6 +225,7 @@ take(ReadExactlyCall *self)
     Py_DECREF(part);
     if (ret < 0)
         return -1;
+taken:
     if (PyByteArray_GET_SIZE(self->buffered) == self->n)
         return PyByteArray_Resize(self->buffered, 0);
     return PySequence_DelSlice(self->buffered, 0, self->n);
@@ -243,16 +258,12 @@ fill(ReadExactlyCall *self, PyObject **result)
             }
             return PYGEN_ERROR;
         }
-        PyObject *rx = PyObject_GetAttr(self->reader, str_rx);
-        if (rx == NULL)
-            return PYGEN_ERROR;
+        PyObject *rx = self->rx;
         if (!AiorRecv_Check(rx)) {
             PyErr_Format(PyExc_TypeError, "a ring stream's _rx is %.100s, not a Receiver", Py_TYPE(rx)->tp_name);
-            Py_DECREF(rx);
             return PYGEN_ERROR;
         }
         PyObject *waiter = aior_recv_arrival((AiorRecv *)rx, str_name, self->n - PyByteArray_GET_SIZE(self->buffered));
-        Py_DECREF(rx);
         if (waiter == NULL)
             return PYGEN_ERROR;
         if (waiter == Py_None) {
@@ -318,16 +329,11 @@ delegate(ReadExactlyCall *self, PyObject **result)
 
 /* A large read found all its bytes read ahead, to be copied: its
    receiver's next header wait takes no more than it lacks (channel.h). */
-static int
-read_ahead_body(PyObject *reader)
+static void
+read_ahead_body(ReadExactlyCall *self)
 {
-    PyObject *rx = PyObject_GetAttr(reader, str_rx);
-    if (rx == NULL)
-        return -1;
-    if (AiorRecv_Check(rx))
-        ((AiorRecv *)rx)->bodies = 1;
-    Py_DECREF(rx);
-    return 0;
+    if (AiorRecv_Check(self->rx))
+        ((AiorRecv *)self->rx)->bodies = 1;
 }
 
 /* A large read's bytes that the socket holds right after its header
@@ -337,16 +343,12 @@ read_ahead_body(PyObject *reader)
 static Py_ssize_t
 body_now(ReadExactlyCall *self, Py_ssize_t n)
 {
-    PyObject *rx = PyObject_GetAttr(self->reader, str_rx);
-    if (rx == NULL)
-        return -2;
+    PyObject *rx = self->rx;
     Py_ssize_t got = -1;
     Py_buffer view;
     if (AiorRecv_Check(rx) && ((AiorRecv *)rx)->rest_due) {
-        if (PyObject_GetBuffer(self->buf, &view, PyBUF_WRITABLE) < 0) {
-            Py_DECREF(rx);
+        if (PyObject_GetBuffer(self->buf, &view, PyBUF_WRITABLE) < 0)
             return -2;
-        }
         got = aior_recv_body_now((AiorRecv *)rx, view.buf, n);
         if (got > 0 && got < n &&
             PyByteArray_Resize(self->buffered, got) == 0)  /* (empty before: see start) */
@@ -355,7 +357,6 @@ body_now(ReadExactlyCall *self, Py_ssize_t n)
             got = -2;
         PyBuffer_Release(&view);
     }
-    Py_DECREF(rx);
     return got;
 }
 
@@ -367,12 +368,21 @@ start(ReadExactlyCall *self, PyObject **result)
     Py_ssize_t n = small_length(self->buf);
     if (n < 0)
         return delegate(self, result);
-    int tls = attr_set(self->reader, str_tls);
-    int rx = tls == 0 ? attr_set(self->reader, str_rx) : 0;
-    if (tls < 0 || rx < 0)
+    self->rx = PyObject_GetAttr(self->reader, str_rx);
+    if (self->rx == NULL)
         return PYGEN_ERROR;
-    if (tls || !rx)
-        return delegate(self, result);
+    /* A reader its Receiver feeds has no TLS layer (_secure unsets _rx
+       first), and the Receiver holds its buffer. */
+    PyObject *held = AiorRecv_Check(self->rx) ? aior_recv_buffer_of((AiorRecv *)self->rx, self->reader) : NULL;
+    if (held == NULL) {
+        int tls = attr_set(self->reader, str_tls);
+        if (tls < 0)
+            return PYGEN_ERROR;
+        if (tls || self->rx == Py_None) {
+            Py_CLEAR(self->rx);
+            return delegate(self, result);
+        }
+    }
     PyObject *exc = PyObject_GetAttr(self->reader, str_exception);
     if (exc == NULL)
         return PYGEN_ERROR;
@@ -385,7 +395,7 @@ start(ReadExactlyCall *self, PyObject **result)
         return PYGEN_ERROR;
     }
     Py_DECREF(exc);
-    self->buffered = PyObject_GetAttr(self->reader, str_buffer);
+    self->buffered = held != NULL ? Py_NewRef(held) : PyObject_GetAttr(self->reader, str_buffer);
     if (self->buffered == NULL)
         return PYGEN_ERROR;
     if (!PyByteArray_Check(self->buffered)) {
@@ -407,8 +417,7 @@ start(ReadExactlyCall *self, PyObject **result)
             Py_CLEAR(self->buffered);
             return delegate(self, result);
         }
-        if (read_ahead_body(self->reader) < 0)
-            return PYGEN_ERROR;
+        read_ahead_body(self);
     }
     self->n = n;
     return fill(self, result);
@@ -564,6 +573,7 @@ call_traverse(ReadExactlyCall *self, visitproc visit, void *arg)
     Py_VISIT(self->reader);
     Py_VISIT(self->buf);
     Py_VISIT(self->buffered);
+    Py_VISIT(self->rx);
     Py_VISIT(self->inner);
     return 0;
 }
@@ -574,6 +584,7 @@ call_clear(ReadExactlyCall *self)
     Py_CLEAR(self->reader);
     Py_CLEAR(self->buf);
     Py_CLEAR(self->buffered);
+    Py_CLEAR(self->rx);
     Py_CLEAR(self->inner);
     return 0;
 }
