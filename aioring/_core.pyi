@@ -106,6 +106,7 @@ class Receiver:
     _rwf_nowait: int
     _is_socket: bool
     _bodies: bool
+    _failed: bool
     @property
     def _into_out(self) -> bool: ...
     @property

@@ -134,6 +134,13 @@ class StreamReader(asyncio.StreamReader):
         rx._reader = self
         rx._buffer_max = self._limit  # (the core receives ahead up to the reader's limit)
 
+    def set_exception(self, exc: Exception) -> None:
+        """As asyncio.StreamReader.set_exception; its Receiver's reads look for it from then on."""
+        super().set_exception(exc)
+        rx = self._rx
+        if rx is not None:
+            rx._failed = True
+
     def _begin(self, func_name: str) -> None:
         if self._waiter is not None:
             raise RuntimeError(f"{func_name}() called while another coroutine is already "

@@ -19,7 +19,7 @@
 #endif
 
 static PyObject *str_buffer, *str_waiter, *str_received, *str_set_result, *str_feed_eof, *str_pull_failed;
-static PyObject *str_turn_then_wait, *str_loop, *str_create_future, *str_arm, *str_op;
+static PyObject *str_turn_then_wait, *str_loop, *str_create_future, *str_arm, *str_op, *str_exception;
 
 static int
 is_none_obj(PyObject *obj)
@@ -849,6 +849,7 @@ static PyMemberDef recv_members[] = {
     {"_rwf_nowait", T_INT, offsetof(AiorRecv, rwf_nowait), 0, NULL},
     {"_is_socket", T_BOOL, offsetof(AiorRecv, is_socket), 0, NULL},
     {"_bodies", T_BOOL, offsetof(AiorRecv, bodies), 0, NULL},
+    {"_failed", T_BOOL, offsetof(AiorRecv, failed), 0, NULL},
     {NULL},
 };
 
@@ -897,6 +898,13 @@ recv_set_reader(AiorRecv *rx, PyObject *value, void *unused)
         loop = PyObject_GetAttr(value, str_loop);
         if (loop == NULL)
             PyErr_Clear();
+        PyObject *exc = PyObject_GetAttr(value, str_exception);
+        rx->failed = exc != Py_None; /* (missing too: looked at by each read) */
+        if (exc == NULL)
+            PyErr_Clear();
+        Py_XDECREF(exc);
+    } else {
+        rx->failed = 0;
     }
     Py_XSETREF(rx->buffer, buffer);
     Py_XSETREF(rx->loop, loop);
@@ -905,9 +913,12 @@ recv_set_reader(AiorRecv *rx, PyObject *value, void *unused)
 }
 
 PyObject *
-aior_recv_buffer_of(AiorRecv *rx, PyObject *reader)
+aior_recv_buffer_of(AiorRecv *rx, PyObject *reader, int *failed)
 {
-    return rx->reader == reader ? rx->buffer : NULL;
+    if (rx->reader != reader)
+        return NULL;
+    *failed = rx->failed;
+    return rx->buffer;
 }
 
 static PyGetSetDef recv_getset[] = {
@@ -1371,11 +1382,12 @@ aior_channel_add_types(PyObject *module)
     str_after_send = PyUnicode_InternFromString("_after_send");
     str_turn_then_wait = PyUnicode_InternFromString("_turn_then_wait");
     str_loop = PyUnicode_InternFromString("_loop");
+    str_exception = PyUnicode_InternFromString("_exception");
     str_create_future = PyUnicode_InternFromString("create_future");
     str_arm = PyUnicode_InternFromString("arm");
     str_op = PyUnicode_InternFromString("_op");
-    if (str_turn_then_wait == NULL || str_loop == NULL || str_create_future == NULL || str_arm == NULL ||
-        str_op == NULL)
+    if (str_turn_then_wait == NULL || str_loop == NULL || str_exception == NULL || str_create_future == NULL ||
+        str_arm == NULL || str_op == NULL)
         return -1;
     if (str_buffer == NULL || str_waiter == NULL || str_received == NULL || str_set_result == NULL ||
         str_feed_eof == NULL || str_pull_failed == NULL ||

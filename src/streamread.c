@@ -373,7 +373,9 @@ start(ReadExactlyCall *self, PyObject **result)
         return PYGEN_ERROR;
     /* A reader its Receiver feeds has no TLS layer (_secure unsets _rx
        first), and the Receiver holds its buffer. */
-    PyObject *held = AiorRecv_Check(self->rx) ? aior_recv_buffer_of((AiorRecv *)self->rx, self->reader) : NULL;
+    int failed = 1;
+    PyObject *held = AiorRecv_Check(self->rx) ? aior_recv_buffer_of((AiorRecv *)self->rx, self->reader, &failed)
+                                              : NULL;
     if (held == NULL) {
         int tls = attr_set(self->reader, str_tls);
         if (tls < 0)
@@ -383,7 +385,7 @@ start(ReadExactlyCall *self, PyObject **result)
             return delegate(self, result);
         }
     }
-    PyObject *exc = PyObject_GetAttr(self->reader, str_exception);
+    PyObject *exc = failed ? PyObject_GetAttr(self->reader, str_exception) : Py_NewRef(Py_None);
     if (exc == NULL)
         return PYGEN_ERROR;
     if (exc != Py_None) {
