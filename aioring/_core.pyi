@@ -51,7 +51,6 @@ class Core:
     waiting: Any  # policy's deque of held-back ops, or None
     eager_left: int
     preps: bool
-    poll_first: bool
     cq_due: bool
     def __init__(self, owner: Any, address: int, ops: dict[int, Op], cancel_entry: Op,
                  release: Callable[[Any], None], os_error: Callable[[int], OSError],

@@ -154,10 +154,6 @@ class Ring(RingBase):
             efd = self._efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
             mem.register_eventfd(efd)
             self._init_table(loop, self.cq_entries, mem)
-            # A receive re-armed after one that drained its socket waits for
-            # readiness before it tries (IORING_RECVSEND_POLL_FIRST): 5.19, as
-            # COOP_TASKRUN, whose acceptance says the kernel has both.
-            self._core.poll_first = bool(mem.setup_flags & SETUP_COOP_TASKRUN)
             self._set_lacking(SYNC_OPCODES - self._supported)
             self._emulated: dict[int, int] = {}  # key -> worker request, of requests made by _emulate
             loop.add_reader(efd, self._on_wakeup)

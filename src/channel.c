@@ -125,9 +125,6 @@ rearm(AiorRecv *rx, AiorCore *core, AiorOp *op)
         return -1;
     op->pinned = 1;
     op->cancelled = 0;
-    /* (A re-arm follows a receive that drained the socket: nothing is
-       there yet, and a try would fail before the poll is armed.) */
-    op->poll_first = rx->is_socket && core->poll_first;
     int ret = aior_start(core, op, 0, &key);
     if (ret <= 0) {
         aior_unpin(op);

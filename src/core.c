@@ -839,9 +839,6 @@ prep_rw(AiorCore *self, AiorOp *op, unsigned long long key)
         return -EBUSY;
     io_uring_prep_rw((int)v[0], sqe, (int)v[1], addr, (unsigned)length, (__u64)v[4]);
     sqe->rw_flags = (__u32)v[5];
-    if (op->poll_first && v[0] == IORING_OP_RECV)
-        sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
-    op->poll_first = 0;
     if (nargs == 7)
         io_uring_sqe_set_flags(sqe, (unsigned)v[6]);
     sqe->user_data = key;
@@ -1273,7 +1270,6 @@ static PyMemberDef core_members[] = {
     {"waiting", T_OBJECT, offsetof(AiorCore, waiting), 0, NULL},
     {"eager_left", T_INT, offsetof(AiorCore, eager_left), 0, NULL},
     {"preps", T_BOOL, offsetof(AiorCore, preps), 0, NULL},
-    {"poll_first", T_BOOL, offsetof(AiorCore, poll_first), 0, NULL},
     {"deferred", T_OBJECT, offsetof(AiorCore, deferred), 0, NULL},
     {"eager_task", T_OBJECT, offsetof(AiorCore, eager_task), 0, NULL},
     {"solo", T_BOOL, offsetof(AiorCore, solo), 0, NULL},

@@ -97,9 +97,6 @@ typedef struct {
                           the same operation (see NewFile, treecopy.h):
                           never withdrawn */
     char pinned;       /* view holds a buffer for the kernel */
-    char poll_first;   /* a RECV the core prepares waits for readiness
-                          before it tries (IORING_RECVSEND_POLL_FIRST); set
-                          by its target for one start, which clears it */
     unsigned int limit;/* a read the core prepares moves at most this many
                           bytes, less than its args' length (0: no limit);
                           set by its target for one start (a Receiver's
@@ -136,8 +133,6 @@ typedef struct {
                               None); launch() declines while it is not empty */
     char preps;            /* policy's: launch() takes ops a prep function
                               prepares too (none of their opcodes emulated) */
-    char poll_first;       /* policy's: the kernel takes a RECV that waits
-                              for readiness first (Op.poll_first) */
     int eager_left;        /* policy's: starts its caller's task may still
                               submit at once this iteration (launch()
                               declines while it is not 0) */
