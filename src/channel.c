@@ -19,7 +19,7 @@
 #endif
 
 static PyObject *str_buffer, *str_waiter, *str_received, *str_set_result, *str_feed_eof, *str_pull_failed;
-static PyObject *str_turn_then_wait, *str_loop, *str_create_future, *str_arm, *str_op, *str_exception;
+static PyObject *str_turn_then_wait, *str_loop, *str_arm, *str_op, *str_exception;
 
 static int
 is_none_obj(PyObject *obj)
@@ -692,8 +692,9 @@ do_arrival(AiorRecv *rx, PyObject *func_name)
             }
         }
     }
+    static AiorMethod create_future = AIOR_METHOD("create_future");
     PyObject *loop = rx->loop != NULL ? Py_NewRef(rx->loop) : PyObject_GetAttr(reader, str_loop);
-    waiter = loop == NULL ? NULL : PyObject_CallMethodNoArgs(loop, str_create_future);
+    waiter = loop == NULL ? NULL : aior_call_known(&create_future, &loop, 1);
     Py_XDECREF(loop);
     if (waiter == NULL)
         goto done;
@@ -947,7 +948,7 @@ PyTypeObject AiorRecv_Type = {
 
 /* ---------------------------------------------------------- the sender */
 
-static PyObject *str_write, *str_append, *str_clear, *str_send, *str_sent, *str_after_send;
+static PyObject *str_write, *str_send, *str_sent, *str_after_send;
 
 static int
 is_none(PyObject *obj)
@@ -979,6 +980,32 @@ static int
 call1(PyObject *obj, PyObject *name, PyObject *arg)
 {
     PyObject *r = aior_call_method1(obj, name, arg);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* The send queue's pending.append(data) and pending.clear() (a deque's
+   methods, not looked up each time), their results dropped. */
+static int
+pending_append(AiorSender *tx, PyObject *data)
+{
+    static AiorMethod append = AIOR_METHOD("append");
+    PyObject *args[2] = {tx->pending, data};
+    PyObject *r = aior_call_known(&append, args, 2);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int
+pending_clear(AiorSender *tx)
+{
+    static AiorMethod clear = AIOR_METHOD("clear");
+    PyObject *args[1] = {tx->pending};
+    PyObject *r = aior_call_known(&clear, args, 1);
     if (r == NULL)
         return -1;
     Py_DECREF(r);
@@ -1061,7 +1088,7 @@ sender_write(AiorSender *tx, PyObject *data)
         Py_XDECREF(copy);
         Py_RETURN_NONE;
     }
-    int appended = call1(tx->pending, str_append, data);
+    int appended = pending_append(tx, data);
     Py_XDECREF(copy);
     if (appended < 0)
         return NULL;
@@ -1126,7 +1153,7 @@ pending_joined(AiorSender *tx, const char *joined, Py_ssize_t size)
     PyObject *data = PyBytes_FromStringAndSize(joined, size);
     if (data == NULL)
         return -1;
-    int ret = call0(tx->pending, str_clear) < 0 || call1(tx->pending, str_append, data) < 0 ? -1 : 0;
+    int ret = pending_clear(tx) < 0 || pending_append(tx, data) < 0 ? -1 : 0;
     Py_DECREF(data);
     return ret;
 }
@@ -1211,7 +1238,7 @@ sent_all(AiorSender *tx, ssize_t n, int pooled)
             return NULL;
         Py_RETURN_NONE;
     }
-    if (call0(tx->pending, str_clear) < 0)
+    if (pending_clear(tx) < 0)
         return NULL;
     tx->pending_size = 0;
     tx->sent_total += n;
@@ -1372,23 +1399,20 @@ aior_channel_add_types(PyObject *module)
     str_feed_eof = PyUnicode_InternFromString("feed_eof");
     str_pull_failed = PyUnicode_InternFromString("_pull_failed");
     str_write = PyUnicode_InternFromString("_write");
-    str_append = PyUnicode_InternFromString("append");
-    str_clear = PyUnicode_InternFromString("clear");
     str_send = PyUnicode_InternFromString("send");
     str_sent = PyUnicode_InternFromString("_sent");
     str_after_send = PyUnicode_InternFromString("_after_send");
     str_turn_then_wait = PyUnicode_InternFromString("_turn_then_wait");
     str_loop = PyUnicode_InternFromString("_loop");
     str_exception = PyUnicode_InternFromString("_exception");
-    str_create_future = PyUnicode_InternFromString("create_future");
     str_arm = PyUnicode_InternFromString("arm");
     str_op = PyUnicode_InternFromString("_op");
-    if (str_turn_then_wait == NULL || str_loop == NULL || str_exception == NULL || str_create_future == NULL ||
-        str_arm == NULL || str_op == NULL)
+    if (str_turn_then_wait == NULL || str_loop == NULL || str_exception == NULL || str_arm == NULL ||
+        str_op == NULL)
         return -1;
     if (str_buffer == NULL || str_waiter == NULL || str_received == NULL || str_set_result == NULL ||
         str_feed_eof == NULL || str_pull_failed == NULL ||
-        str_write == NULL || str_append == NULL || str_clear == NULL || str_send == NULL ||
+        str_write == NULL || str_send == NULL ||
         str_sent == NULL || str_after_send == NULL)
         return -1;
     if (PyType_Ready(&AiorRecv_Type) < 0 || PyType_Ready(&AiorSender_Type) < 0)

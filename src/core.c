@@ -368,6 +368,27 @@ release_keep(AiorCore *self, AiorOp *op)
 }
 
 PyObject *
+aior_call_known(AiorMethod *m, PyObject *const *args, size_t nargs)
+{
+    PyTypeObject *type = Py_TYPE(args[0]);
+    if (m->str == NULL && (m->str = PyUnicode_InternFromString(m->name)) == NULL)
+        return NULL;
+    if (m->type == NULL && PyType_HasFeature(type, Py_TPFLAGS_IMMUTABLETYPE) && type->tp_dictoffset >= 0) {
+        PyObject *func = _PyType_Lookup(type, m->str);
+        if (func != NULL && PyType_HasFeature(Py_TYPE(func), Py_TPFLAGS_METHOD_DESCRIPTOR)) {
+            m->func = Py_NewRef(func); /* (both held for the life of the process) */
+            m->type = (PyTypeObject *)Py_NewRef(type);
+        }
+    }
+    if (type == m->type) {
+        PyObject *dict = type->tp_dictoffset ? *(PyObject **)((char *)args[0] + type->tp_dictoffset) : NULL;
+        if (dict == NULL || (PyDict_Check(dict) && PyDict_GET_SIZE(dict) == 0))
+            return PyObject_Vectorcall(m->func, args, nargs, NULL);
+    }
+    return PyObject_VectorcallMethod(m->str, (PyObject **)args, nargs | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+PyObject *
 aior_call_method1(PyObject *obj, PyObject *name, PyObject *arg)
 {
     PyObject *args[2] = {obj, arg};
@@ -392,8 +413,9 @@ aior_defer(AiorCore *core, PyObject *callback)
 int
 aior_future_done(PyObject *fut)
 {
+    static AiorMethod done_method = AIOR_METHOD("done");
     PyObject *args[1] = {fut};
-    PyObject *r = PyObject_VectorcallMethod(str_done, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *r = aior_call_known(&done_method, args, 1);
     if (r == NULL)
         return -1;
     int done = PyObject_IsTrue(r);

@@ -289,7 +289,23 @@ extern PyTypeObject AiorCore_Type;
  * aior_future_done(fut) -> 1 | 0 | -1  fut.done(), as a C truth value.
  *
  * aior_call_method1(obj, name, arg) -> new reference | NULL  obj.name(arg).
+ *
+ * aior_call_known(&method, args, nargs) -> new reference | NULL
+ *  args[0].<name>(*args[1:nargs]) for an AiorMethod of that name (static,
+ *  made with AIOR_METHOD(name)), without the lookup when args[0]'s type is
+ *  the one the method remembers: the first immutable type (its dict fixed)
+ *  whose `name` is a method descriptor, found once; an object of it with
+ *  an instance dict that holds anything, or of any other type, is looked
+ *  up as PyObject_VectorcallMethod looks it up.
  */
+typedef struct {
+    const char *name;
+    PyObject *str;      /* name, interned at the first call */
+    PyTypeObject *type; /* the type remembered (NULL: none yet) */
+    PyObject *func;     /* its method (borrowed from the type's dict) */
+} AiorMethod;
+#define AIOR_METHOD(name) {(name), NULL, NULL, NULL}
+PyObject *aior_call_known(AiorMethod *method, PyObject *const *args, size_t nargs);
 int aior_start(AiorCore *core, AiorOp *op, unsigned long long tag, unsigned long long *key);
 void aior_unpin(AiorOp *op);
 int aior_future_done(PyObject *fut);

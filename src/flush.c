@@ -437,7 +437,9 @@ aior_set_result(AiorCore *self, PyObject *fut, PyObject *value)
             goto fail;
         Py_DECREF(r);
     }
-    r = PyObject_CallMethodOneArg(fut, str_set_result, value);
+    static AiorMethod set_result = AIOR_METHOD("set_result");
+    PyObject *args[2] = {fut, value};
+    r = aior_call_known(&set_result, args, 2);
     if (r == NULL)
         goto fail;
     Py_DECREF(r);
