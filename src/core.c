@@ -619,6 +619,24 @@ strand(AiorCore *self, uint64_t key, int res, AiorOp *op,
     PyErr_Restore(type, value, tb);
 }
 
+/* The table's entry under key, taken out of it (a new reference); NULL
+   without an exception when there is none, or with one set. */
+static PyObject *
+pop_entry(PyObject *ops, PyObject *key)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *entry = NULL;
+    return PyDict_Pop(ops, key, &entry) < 0 ? NULL : entry;
+#else
+    PyObject *entry = _PyDict_Pop(ops, key, Py_None); /* (no entry is None) */
+    if (entry == Py_None) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    return entry;
+#endif
+}
+
 /* Dispatch n CQEs.  -1 with the exception set (and the rest stranded). */
 static int
 dispatch(AiorCore *self, const uint64_t *ud, const int32_t *res, unsigned n)
@@ -630,23 +648,15 @@ dispatch(AiorCore *self, const uint64_t *ud, const int32_t *res, unsigned n)
             strand(self, ud[i], res[i], NULL, ud, res, i, n);
             return -1;
         }
-        PyObject *entry = PyDict_GetItemWithError(self->ops, key);
+        PyObject *entry = pop_entry(self->ops, key);
+        Py_DECREF(key);
         if (entry == NULL) {
-            Py_DECREF(key);
             if (PyErr_Occurred()) {
                 strand(self, ud[i], res[i], NULL, ud, res, i, n);
                 return -1;
             }
             continue; /* (an ASYNC_CANCEL's target that is already done) */
         }
-        Py_INCREF(entry);
-        if (PyDict_DelItem(self->ops, key) < 0) {
-            Py_DECREF(key);
-            Py_DECREF(entry);
-            strand(self, ud[i], res[i], NULL, ud, res, i, n);
-            return -1;
-        }
-        Py_DECREF(key);
         if (entry == self->cancel_entry || !PyObject_TypeCheck(entry, &AiorOp_Type)) {
             Py_DECREF(entry);
             continue;
