@@ -105,7 +105,7 @@ class Receiver:
     _rwf_nowait: int
     _is_socket: bool
     _bodies: bool
-    _failed: bool
+    _ended: bool
     @property
     def _into_out(self) -> bool: ...
     @property

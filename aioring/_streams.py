@@ -139,7 +139,7 @@ class StreamReader(asyncio.StreamReader):
         super().set_exception(exc)
         rx = self._rx
         if rx is not None:
-            rx._failed = True
+            rx._ended = True
 
     def _begin(self, func_name: str) -> None:
         if self._waiter is not None:
@@ -218,6 +218,9 @@ class StreamReader(asyncio.StreamReader):
     def feed_eof(self) -> None:
         """As asyncio.StreamReader.feed_eof: the same arguments, result and exceptions."""
         super().feed_eof()
+        rx = self._rx
+        if rx is not None:
+            rx._ended = True  # (its reads look for the EOF from then on)
         channel = self._channel
         if channel is not None and not channel._writable:
             channel.close()  # a pipe's reader: nothing more can come, release the fd

@@ -19,7 +19,7 @@
 #endif
 
 static PyObject *str_buffer, *str_waiter, *str_received, *str_set_result, *str_feed_eof, *str_pull_failed;
-static PyObject *str_turn_then_wait, *str_loop, *str_arm, *str_op, *str_exception;
+static PyObject *str_turn_then_wait, *str_loop, *str_arm, *str_op, *str_exception, *str_eof;
 
 static int
 is_none_obj(PyObject *obj)
@@ -847,7 +847,7 @@ static PyMemberDef recv_members[] = {
     {"_rwf_nowait", T_INT, offsetof(AiorRecv, rwf_nowait), 0, NULL},
     {"_is_socket", T_BOOL, offsetof(AiorRecv, is_socket), 0, NULL},
     {"_bodies", T_BOOL, offsetof(AiorRecv, bodies), 0, NULL},
-    {"_failed", T_BOOL, offsetof(AiorRecv, failed), 0, NULL},
+    {"_ended", T_BOOL, offsetof(AiorRecv, ended), 0, NULL},
     {NULL},
 };
 
@@ -896,13 +896,16 @@ recv_set_reader(AiorRecv *rx, PyObject *value, void *unused)
         loop = PyObject_GetAttr(value, str_loop);
         if (loop == NULL)
             PyErr_Clear();
+        /* (Either missing too: looked at by each read.) */
         PyObject *exc = PyObject_GetAttr(value, str_exception);
-        rx->failed = exc != Py_None; /* (missing too: looked at by each read) */
-        if (exc == NULL)
+        PyObject *eof = exc == NULL ? NULL : PyObject_GetAttr(value, str_eof);
+        rx->ended = exc != Py_None || eof != Py_False;
+        if (eof == NULL)
             PyErr_Clear();
         Py_XDECREF(exc);
+        Py_XDECREF(eof);
     } else {
-        rx->failed = 0;
+        rx->ended = 0;
     }
     Py_XSETREF(rx->buffer, buffer);
     Py_XSETREF(rx->loop, loop);
@@ -911,12 +914,9 @@ recv_set_reader(AiorRecv *rx, PyObject *value, void *unused)
 }
 
 PyObject *
-aior_recv_buffer_of(AiorRecv *rx, PyObject *reader, int *failed)
+aior_recv_buffer_of(AiorRecv *rx, PyObject *reader)
 {
-    if (rx->reader != reader)
-        return NULL;
-    *failed = rx->failed;
-    return rx->buffer;
+    return rx->reader == reader ? rx->buffer : NULL;
 }
 
 static PyGetSetDef recv_getset[] = {
@@ -1405,10 +1405,11 @@ aior_channel_add_types(PyObject *module)
     str_turn_then_wait = PyUnicode_InternFromString("_turn_then_wait");
     str_loop = PyUnicode_InternFromString("_loop");
     str_exception = PyUnicode_InternFromString("_exception");
+    str_eof = PyUnicode_InternFromString("_eof");
     str_arm = PyUnicode_InternFromString("arm");
     str_op = PyUnicode_InternFromString("_op");
-    if (str_turn_then_wait == NULL || str_loop == NULL || str_exception == NULL || str_arm == NULL ||
-        str_op == NULL)
+    if (str_turn_then_wait == NULL || str_loop == NULL || str_exception == NULL || str_eof == NULL ||
+        str_arm == NULL || str_op == NULL)
         return -1;
     if (str_buffer == NULL || str_waiter == NULL || str_received == NULL || str_set_result == NULL ||
         str_feed_eof == NULL || str_pull_failed == NULL ||

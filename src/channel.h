@@ -25,10 +25,10 @@
  *                    unsets it.  Setting _reader also takes the reader's
  *                    `_buffer` and `_loop` once, for the hot paths: an
  *                    asyncio StreamReader binds neither again.
- *       _failed      the reader's `_exception` may be set: its
- *                    set_exception() sets this (and setting _reader, when
- *                    the reader has one), so that a read that finds it
- *                    clear need not look.
+ *       _ended       the reader's `_exception` or `_eof` may be set: its
+ *                    set_exception() and feed_eof() set this (and setting
+ *                    _reader, when the reader has either), so that a read
+ *                    that finds it clear need not look.
  *       _armed       a receive into the chunk is in the kernel (its op
  *                    SUBMITTED); cleared by every completion.
  *       _closing     closing: every completion goes to policy.
@@ -101,7 +101,7 @@ typedef struct {
     PyObject *reader;      /* _reader */
     PyObject *buffer;      /* its _buffer when a bytearray, else NULL */
     PyObject *loop;        /* its _loop, or NULL */
-    char failed;           /* _failed */
+    char ended;            /* _ended */
     PyObject *core;        /* _core: an AiorCore, or None */
     PyObject *flush;       /* _flush: callable, or None */
     Py_ssize_t rearm_max;  /* _rearm_max */
@@ -323,9 +323,8 @@ Py_ssize_t aior_recv_body_now(AiorRecv *rx, char *buf, Py_ssize_t n);
 PyObject *aior_recv_arrival(AiorRecv *rx, PyObject *func_name, Py_ssize_t want);
 
 /* The buffer of rx's reader when that reader is `reader` (borrowed), else
-   NULL; no exception either way.  *failed: whether the reader's _exception
-   may be set (_failed), when not NULL. */
-PyObject *aior_recv_buffer_of(AiorRecv *rx, PyObject *reader, int *failed);
+   NULL; no exception either way. */
+PyObject *aior_recv_buffer_of(AiorRecv *rx, PyObject *reader);
 int aior_channel_add_types(PyObject *module);
 
 #endif

@@ -24,6 +24,7 @@ typedef struct {
     PyObject *reader, *buf;
     PyObject *buffered;     /* the reader's _buffer, from the first step on */
     PyObject *rx;           /* the reader's _rx (its Receiver), from the first step on */
+    AiorRecv *fed;          /* rx, when it feeds this reader (borrowed), else NULL */
     PyObject *inner;        /* what it waits on (WAITING), or public's coroutine (DELEGATING) */
     Py_ssize_t n;
     int state;
@@ -49,6 +50,7 @@ read_exactly_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf
     call->buf = Py_NewRef(args[1]);
     call->buffered = NULL;
     call->rx = NULL;
+    call->fed = NULL;
     call->inner = NULL;
     call->n = 0;
     call->state = UNSTARTED;
@@ -200,6 +202,14 @@ unset_waiter(PyObject *reader)
     return ret;
 }
 
+/* Whether the reader's _exception and _eof are known unset: its Receiver
+   feeds it and says so (channel.h's _ended). */
+static int
+reader_quiet(ReadExactlyCall *self)
+{
+    return self->fed != NULL && self->fed->reader == self->reader && !self->fed->ended;
+}
+
 /* buf[:] = the buffer's first n bytes, which leave it (as public does). */
 static int
 take(ReadExactlyCall *self)
@@ -239,9 +249,12 @@ static PySendResult
 fill(ReadExactlyCall *self, PyObject **result)
 {
     while (PyByteArray_GET_SIZE(self->buffered) < self->n) {
-        PyObject *eof = PyObject_GetAttr(self->reader, str_eof);
-        int at_eof = eof == NULL ? -1 : PyObject_IsTrue(eof);
-        Py_XDECREF(eof);
+        int at_eof = 0;
+        if (!reader_quiet(self)) {
+            PyObject *eof = PyObject_GetAttr(self->reader, str_eof);
+            at_eof = eof == NULL ? -1 : PyObject_IsTrue(eof);
+            Py_XDECREF(eof);
+        }
         if (at_eof < 0)
             return PYGEN_ERROR;
         if (at_eof) {
@@ -373,10 +386,10 @@ start(ReadExactlyCall *self, PyObject **result)
         return PYGEN_ERROR;
     /* A reader its Receiver feeds has no TLS layer (_secure unsets _rx
        first), and the Receiver holds its buffer. */
-    int failed = 1;
-    PyObject *held = AiorRecv_Check(self->rx) ? aior_recv_buffer_of((AiorRecv *)self->rx, self->reader, &failed)
-                                              : NULL;
-    if (held == NULL) {
+    PyObject *held = AiorRecv_Check(self->rx) ? aior_recv_buffer_of((AiorRecv *)self->rx, self->reader) : NULL;
+    if (held != NULL)
+        self->fed = (AiorRecv *)self->rx;
+    else {
         int tls = attr_set(self->reader, str_tls);
         if (tls < 0)
             return PYGEN_ERROR;
@@ -385,7 +398,7 @@ start(ReadExactlyCall *self, PyObject **result)
             return delegate(self, result);
         }
     }
-    PyObject *exc = failed ? PyObject_GetAttr(self->reader, str_exception) : Py_NewRef(Py_None);
+    PyObject *exc = reader_quiet(self) ? Py_NewRef(Py_None) : PyObject_GetAttr(self->reader, str_exception);
     if (exc == NULL)
         return PYGEN_ERROR;
     if (exc != Py_None) {
@@ -586,6 +599,7 @@ call_clear(ReadExactlyCall *self)
     Py_CLEAR(self->reader);
     Py_CLEAR(self->buf);
     Py_CLEAR(self->buffered);
+    self->fed = NULL;
     Py_CLEAR(self->rx);
     Py_CLEAR(self->inner);
     return 0;
