@@ -987,13 +987,15 @@ call1(PyObject *obj, PyObject *name, PyObject *arg)
 }
 
 /* The send queue's pending.append(data) and pending.clear() (a deque's
-   methods, not looked up each time), their results dropped. */
+   methods, not looked up each time), their results dropped: 0, or -1 with
+   an exception set. */
+static AiorMethod pending_append_m = AIOR_METHOD("append"), pending_clear_m = AIOR_METHOD("clear");
+
 static int
-pending_append(AiorSender *tx, PyObject *data)
+pending_call(AiorSender *tx, AiorMethod *method, PyObject *arg)
 {
-    static AiorMethod append = AIOR_METHOD("append");
-    PyObject *args[2] = {tx->pending, data};
-    PyObject *r = aior_call_known(&append, args, 2);
+    PyObject *args[2] = {tx->pending, arg};
+    PyObject *r = aior_call_known(method, args, arg != NULL ? 2 : 1);
     if (r == NULL)
         return -1;
     Py_DECREF(r);
@@ -1001,15 +1003,15 @@ pending_append(AiorSender *tx, PyObject *data)
 }
 
 static int
+pending_append(AiorSender *tx, PyObject *data)
+{
+    return pending_call(tx, &pending_append_m, data);
+}
+
+static int
 pending_clear(AiorSender *tx)
 {
-    static AiorMethod clear = AIOR_METHOD("clear");
-    PyObject *args[1] = {tx->pending};
-    PyObject *r = aior_call_known(&clear, args, 1);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    return 0;
+    return pending_call(tx, &pending_clear_m, NULL);
 }
 
 /* obj.name(value) with an int, its result dropped. */
