@@ -25,7 +25,7 @@
    own batch). */
 #define AIOR_BATCH 64
 
-static PyObject *str_done, *str_set_result, *str_set_exception, *str_create_future;
+static PyObject *str_set_result, *str_set_exception, *str_create_future;
 
 /* ------------------------------------------------------------------ Op */
 
@@ -1358,12 +1358,10 @@ PyInit__core(void)
 {
     if (PyType_Ready(&AiorOp_Type) < 0 || PyType_Ready(&AiorCore_Type) < 0)
         return NULL;
-    str_done = PyUnicode_InternFromString("done");
     str_set_result = PyUnicode_InternFromString("set_result");
     str_set_exception = PyUnicode_InternFromString("set_exception");
     str_create_future = PyUnicode_InternFromString("create_future");
-    if (str_done == NULL || str_set_result == NULL || str_set_exception == NULL ||
-        str_create_future == NULL)
+    if (str_set_result == NULL || str_set_exception == NULL || str_create_future == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL)

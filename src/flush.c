@@ -8,7 +8,7 @@
 
 static PyObject *str_flush, *str_flush_tail, *str_submit_queued, *str_append,
     *str_call_soon, *str_is_closed, *str_debug, *str_call_exception_handler, *str_message,
-    *str_exception, *str_handle, *str_callbacks, *str_remove_done_callback, *str_set_result;
+    *str_exception, *str_handle, *str_callbacks, *str_remove_done_callback;
 static PyTypeObject *future_type; /* asyncio's C Future (_asyncio.Future) */
 
 /* ---------------------------------------------------------- FlushHandle */
@@ -663,7 +663,6 @@ aior_flush_add_types(PyObject *module)
     INTERN(str_handle, "handle");
     INTERN(str_callbacks, "_callbacks");
     INTERN(str_remove_done_callback, "remove_done_callback");
-    INTERN(str_set_result, "set_result");
 #undef INTERN
     PyObject *asyncio_c = PyImport_ImportModule("_asyncio");
     if (asyncio_c != NULL) {
