@@ -495,6 +495,37 @@ async def test_a_receive_of_nothing_returns_at_once(socks):
             await asyncio.wait_for(aioring.sock_recv(a, 10), 0.01)
 
 
+async def test_a_buffer_changed_while_its_read_waits_is_filled_as_an_assignment_fills_it(socks):
+    """readinto_exactly(buf) fills buf as ``buf[:] = data`` would: a bytearray
+    the caller grew while the read waited holds the bytes read and no more,
+    and a memoryview released meanwhile raises the ValueError that writing to
+    it raises."""
+    a, b = _tcp_pair(socks)
+    reader, writer = await aioring.open_connection(sock=a)
+    buf = bytearray(8)
+    task = asyncio.ensure_future(reader.readinto_exactly(buf))
+    await asyncio.sleep(0)
+    assert not task.done()
+    buf.extend(b"xx")
+    b.sendall(b"12345678")
+    assert await asyncio.wait_for(task, 5) == 8
+    expected = bytearray(10)
+    expected[:] = b"12345678"
+    assert buf == expected
+    view = memoryview(bytearray(8))
+    task = asyncio.ensure_future(reader.readinto_exactly(view))
+    await asyncio.sleep(0)
+    assert not task.done()
+    view.release()
+    b.sendall(b"abcdefgh")
+    with pytest.raises(ValueError) as raised:
+        await asyncio.wait_for(task, 5)
+    with pytest.raises(ValueError) as direct:
+        view[:] = b"abcdefgh"
+    assert str(raised.value) == str(direct.value)
+    await _close(writer)
+
+
 async def test_a_local_address_of_no_matching_family_is_named():
     """asyncio's own loop's words (uvloop's bind fails with EINVAL instead)."""
     server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
