@@ -4,7 +4,7 @@ Two compiled modules: the cffi binding (aioring._liburing, C in src/binding.*,
 built by _build_cffi.py) and the core (aioring._core, C in src/; its seam is
 src/core.h; src/channel.h is its stream targets', src/fileops.h its page-cache
 reads', src/wholefile.h its read of a whole file, src/flush.h its flush of
-a loop iteration, src/streamread.h a stream reader's small readinto_exactly,
+a loop iteration, src/streamread.h a stream reader's reads that need no coroutine frame,
 src/awaitable.h what the core's C awaitables share).  Every extension module
 takes its compile and link arguments from
 _build_liburing.extension_args(), so that one setting

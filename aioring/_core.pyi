@@ -105,6 +105,7 @@ class Receiver:
     _rwf_nowait: int
     _is_socket: bool
     _bodies: bool
+    _into_small: bool
     _ended: bool
     @property
     def _into_out(self) -> bool: ...
@@ -164,10 +165,11 @@ class CacheFirst:
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
     def cold_call(self, fd: int, size: int, offset: int, /) -> Any: ...
 
-# A stream reader's small readinto_exactly (src/streamread.c; see src/streamread.h).
-class ReadExactly:
-    """A coroutine method whose small reads of a ring stream run in C."""
-    def __init__(self, public: Callable[..., Any], read_ahead: int,
+# A stream reader's reads that need no coroutine frame: read, readinto and
+# readinto_exactly (src/streamread.c; see src/streamread.h).
+class StreamRead:
+    """A coroutine method whose reads of a ring stream that read ahead run in C."""
+    def __init__(self, public: Callable[..., Any], name: str, read_ahead: int,
                  incomplete: type[BaseException], /) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
     def __get__(self, obj: Any, objtype: Any = None, /) -> Any: ...

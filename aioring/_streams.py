@@ -40,7 +40,7 @@ from asyncio import staggered
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._channel import _ECANCELED, _Receiver
-from ._core import ReadExactly
+from ._core import StreamRead
 from ._channel import _Channel as _Channel  # noqa: PLC0414  (re-exported: the TLS layer names it from here)
 from ._binding import MSG_WAITALL, AcceptRequest, prep_accept, prep_poll
 from ._net import check_socket, sock_connect
@@ -67,12 +67,12 @@ _POLLIN = 1
 _PEER_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 
-def _small_in_core(method: _F) -> _F:
-    """readinto_exactly as the core's ReadExactly (src/streamread.h): a read
-    of a ring stream without TLS that is small, or whose bytes are all
-    buffered, takes this method's small path in C, with no coroutine frame;
-    every other call is the method's own."""
-    return standing_in(ReadExactly(method, _READ_AHEAD, asyncio.IncompleteReadError), method)
+def _in_core(method: _F) -> _F:
+    """read, readinto or readinto_exactly as the core's StreamRead
+    (src/streamread.h): a read of a ring stream without TLS that needs no
+    coroutine frame (one that reads ahead, or whose bytes are all buffered)
+    runs in C; every other call is the method's own."""
+    return standing_in(StreamRead(method, method.__name__, _READ_AHEAD, asyncio.IncompleteReadError), method)
 
 
 class _Busy:
@@ -183,6 +183,7 @@ class StreamReader(asyncio.StreamReader):
         finally:
             self._waiter = None
 
+    @_in_core
     async def read(self, n: int = -1) -> bytes:
         """As asyncio.StreamReader.read: the same arguments, result and exceptions."""
         if n <= 0 or self._rx is None or self._tls is not None:
@@ -238,6 +239,7 @@ class StreamReader(asyncio.StreamReader):
         if transport is not None:
             await transport.wait_closed()
 
+    @_in_core
     async def readinto(self, buf: Any) -> int:
         """Read at least one byte into `buf` (0 at EOF): buffered bytes first,
         otherwise one receive straight into `buf`."""
@@ -257,9 +259,10 @@ class StreamReader(asyncio.StreamReader):
             return 0
         buffered = self._buffer
         rx = self._rx
-        if not buffered and not self._eof and (n < _READ_AHEAD or rx is None or rx._armed):
-            # A small read: read ahead.  (Or a receive into the buffer is out,
-            # started by a read that was cancelled: its bytes come first.)
+        if not buffered and not self._eof and (n < _READ_AHEAD or rx is None or rx._armed or rx._into_small):
+            # A small read, or the peer's messages are small: read ahead.
+            # (Or a receive into the buffer is out, started by a read that
+            # was cancelled: its bytes come first.)
             await self._wait_for_data("readinto")
         if buffered:
             k = min(n, len(buffered))
@@ -268,6 +271,7 @@ class StreamReader(asyncio.StreamReader):
             del buffered[:k]
             if k >= _READ_AHEAD and rx is not None:
                 rx._bodies = True  # (read ahead and copied: the next header's wait takes no more)
+                rx._into_small = False  # (and bulk data: the next one receives straight into buf)
             return k
         if self._eof or rx is None:
             return 0
@@ -282,9 +286,11 @@ class StreamReader(asyncio.StreamReader):
             self._waiter = None
         if not got:
             self.feed_eof()
+        elif got < _READ_AHEAD:
+            rx._into_small = True  # (small messages: the next one reads ahead, see src/channel.h)
         return got
 
-    @_small_in_core
+    @_in_core
     async def readinto_exactly(self, buf: Any) -> int:
         """Fill all of `buf` and return its length, or raise
         asyncio.IncompleteReadError (with the bytes received) at EOF.

@@ -1,4 +1,4 @@
-/* What the core's C awaitables (CacheFirstCall, ReadExactlyCall) share of
+/* What the core's C awaitables (CacheFirstCall, StreamReadCall) share of
  * a native coroutine's protocol: one implementation of each piece.
  *
  * aior_step_result(status, result) -> object | NULL  A step's answer

@@ -847,6 +847,7 @@ static PyMemberDef recv_members[] = {
     {"_rwf_nowait", T_INT, offsetof(AiorRecv, rwf_nowait), 0, NULL},
     {"_is_socket", T_BOOL, offsetof(AiorRecv, is_socket), 0, NULL},
     {"_bodies", T_BOOL, offsetof(AiorRecv, bodies), 0, NULL},
+    {"_into_small", T_BOOL, offsetof(AiorRecv, into_small), 0, NULL},
     {"_ended", T_BOOL, offsetof(AiorRecv, ended), 0, NULL},
     {NULL},
 };

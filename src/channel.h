@@ -48,6 +48,13 @@
  *                    caller's buffer: set by policy, the core's
  *                    readinto_exactly and _receive_into; taken by the
  *                    next arrival() (see framed reads below).
+ *       _into_small  the last readinto() that received straight into the
+ *                    caller's (large) buffer got fewer than 16 KiB: the
+ *                    peer sends small messages, so the next readinto() of
+ *                    a large buffer reads ahead into the chunk and copies,
+ *                    as a small one does, until one copies 16 KiB or more
+ *                    at once (bulk data again).  Set and cleared by
+ *                    policy's readinto and the core's (streamread.h).
  *   - the receive into the caller's own buffer (readinto and
  *     readinto_exactly of a large buffer), a second op whose sink is the
  *     bound _into_done: started by _receive_into(), re-armed in C into the
@@ -126,6 +133,7 @@ typedef struct {
     int rwf_nowait;        /* _rwf_nowait: preadv2's flag for a pipe's pull() (RWF_NOWAIT) */
     char is_socket;        /* _is_socket */
     char bodies;           /* the last read was a receive into the caller's buffer */
+    char into_small;       /* _into_small */
     char rest_due;         /* a capped read came back full: more is likely there */
     Py_ssize_t cap;        /* the most the next read into the chunk takes (0: all it can) */
 } AiorRecv;

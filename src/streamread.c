@@ -1,4 +1,4 @@
-/* aioring._core's readinto_exactly of a small or all-buffered read (see streamread.h). */
+/* aioring._core's stream reads that need no coroutine frame (see streamread.h). */
 #define PY_SSIZE_T_CLEAN
 #include "streamread.h"
 #include "awaitable.h"
@@ -7,47 +7,55 @@
 #include <stddef.h>
 #include <string.h>
 
+/* The reads it stands for: readinto_exactly(buf), readinto(buf), read(n). */
+enum { EXACTLY, INTO, BYTES };
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *public_fn;    /* the Python method it stands for */
+    PyObject *name;         /* its name (interned): what arrival() is told */
     PyObject *incomplete;   /* asyncio.IncompleteReadError */
     Py_ssize_t read_ahead;  /* buffers of this size or more are public's, unless all buffered */
+    int kind;               /* EXACTLY, INTO or BYTES, by name */
     PyObject *dict;         /* its attributes (functools.update_wrapper's) */
-} ReadExactly;
+} StreamRead;
 
 enum { UNSTARTED, WAITING, DELEGATING, FINISHED };
 
 typedef struct {
     PyObject_HEAD
-    ReadExactly *owner;
-    PyObject *reader, *buf;
+    StreamRead *owner;
+    PyObject *reader, *arg;  /* the call's arguments: buf (EXACTLY, INTO) or n (BYTES) */
     PyObject *buffered;     /* the reader's _buffer, from the first step on */
     PyObject *rx;           /* the reader's _rx (its Receiver), from the first step on */
     AiorRecv *fed;          /* rx, when it feeds this reader (borrowed), else NULL */
     PyObject *inner;        /* what it waits on (WAITING), or public's coroutine (DELEGATING) */
-    Py_ssize_t n;
+    Py_buffer view;         /* INTO: buf, held from the first step to the end (held) */
+    Py_ssize_t n;           /* the bytes wanted (EXACTLY), or the most taken */
     int state;
-} ReadExactlyCall;
+    char held;
+} StreamReadCall;
 
-static PyTypeObject ReadExactly_Type, ReadExactlyCall_Type;
-static PyObject *str_tls, *str_rx, *str_exception, *str_buffer, *str_eof, *str_waiter,
-    *str_name, *str_throw, *str_close, *everything;
+static PyTypeObject StreamRead_Type, StreamReadCall_Type;
+static PyObject *str_tls, *str_rx, *str_exception, *str_buffer, *str_eof, *str_waiter, *str_paused,
+    *str_resume, *str_throw, *str_close, *everything;
 
-/* ------------------------------------------------------------ ReadExactly */
+/* ------------------------------------------------------------ StreamRead */
 
 static PyObject *
-read_exactly_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+stream_read_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    ReadExactly *self = (ReadExactly *)callable;
+    StreamRead *self = (StreamRead *)callable;
     if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || PyVectorcall_NARGS(nargsf) != 2)
         return PyObject_Vectorcall(self->public_fn, args, nargsf, kwnames);  /* (its errors, its binding) */
-    ReadExactlyCall *call = PyObject_GC_New(ReadExactlyCall, &ReadExactlyCall_Type);
+    StreamReadCall *call = PyObject_GC_New(StreamReadCall, &StreamReadCall_Type);
     if (call == NULL)
         return NULL;
-    call->owner = (ReadExactly *)Py_NewRef(callable);
+    call->owner = (StreamRead *)Py_NewRef(callable);
     call->reader = Py_NewRef(args[0]);
-    call->buf = Py_NewRef(args[1]);
+    call->arg = Py_NewRef(args[1]);
+    call->held = 0;
     call->buffered = NULL;
     call->rx = NULL;
     call->fed = NULL;
@@ -59,25 +67,36 @@ read_exactly_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf
 }
 
 static PyObject *
-read_exactly_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+stream_read_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    PyObject *public_fn, *incomplete;
+    PyObject *public_fn, *name, *incomplete;
     Py_ssize_t read_ahead;
+    static const char *const names[] = {[EXACTLY] = "readinto_exactly", [INTO] = "readinto", [BYTES] = "read"};
 
     if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
-        PyErr_SetString(PyExc_TypeError, "ReadExactly() takes no keyword arguments");
+        PyErr_SetString(PyExc_TypeError, "StreamRead() takes no keyword arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OnO:ReadExactly", &public_fn, &read_ahead, &incomplete))
+    if (!PyArg_ParseTuple(args, "OUnO:StreamRead", &public_fn, &name, &read_ahead, &incomplete))
         return NULL;
     if (!PyCallable_Check(public_fn) || !PyCallable_Check(incomplete)) {
-        PyErr_SetString(PyExc_ValueError, "ReadExactly(public, read_ahead, incomplete) needs callables");
+        PyErr_SetString(PyExc_ValueError, "StreamRead(public, name, read_ahead, incomplete) needs callables");
         return NULL;
     }
-    ReadExactly *self = (ReadExactly *)type->tp_alloc(type, 0);
+    int kind = EXACTLY;
+    while (kind <= BYTES && PyUnicode_CompareWithASCIIString(name, names[kind]) != 0)
+        kind++;
+    if (kind > BYTES) {
+        PyErr_Format(PyExc_ValueError, "StreamRead() reads as readinto_exactly, readinto or read, not %R", name);
+        return NULL;
+    }
+    StreamRead *self = (StreamRead *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    self->vectorcall = read_exactly_vectorcall;
+    self->vectorcall = stream_read_vectorcall;
+    self->kind = kind;
+    self->name = Py_NewRef(name);
+    PyUnicode_InternInPlace(&self->name);
     self->public_fn = Py_NewRef(public_fn);
     self->incomplete = Py_NewRef(incomplete);
     self->read_ahead = read_ahead;
@@ -86,7 +105,7 @@ read_exactly_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 
 /* As a function's: bound to an instance, a method. */
 static PyObject *
-read_exactly_get(PyObject *self, PyObject *obj, PyObject *type)
+stream_read_get(PyObject *self, PyObject *obj, PyObject *type)
 {
     if (obj == NULL || obj == Py_None)
         return Py_NewRef(self);
@@ -94,62 +113,64 @@ read_exactly_get(PyObject *self, PyObject *obj, PyObject *type)
 }
 
 static int
-read_exactly_traverse(ReadExactly *self, visitproc visit, void *arg)
+stream_read_traverse(StreamRead *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->public_fn);
+    Py_VISIT(self->name);
     Py_VISIT(self->incomplete);
     Py_VISIT(self->dict);
     return 0;
 }
 
 static int
-read_exactly_clear(ReadExactly *self)
+stream_read_clear(StreamRead *self)
 {
     Py_CLEAR(self->public_fn);
+    Py_CLEAR(self->name);
     Py_CLEAR(self->incomplete);
     Py_CLEAR(self->dict);
     return 0;
 }
 
 static void
-read_exactly_dealloc(ReadExactly *self)
+stream_read_dealloc(StreamRead *self)
 {
     PyObject_GC_UnTrack(self);
-    read_exactly_clear(self);
+    stream_read_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *
-read_exactly_repr(ReadExactly *self)
+stream_read_repr(StreamRead *self)
 {
     return PyObject_Repr(self->public_fn);
 }
 
-static PyGetSetDef read_exactly_getset[] = {
+static PyGetSetDef stream_read_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict},
     {NULL},
 };
 
-static PyTypeObject ReadExactly_Type = {
+static PyTypeObject StreamRead_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "aioring._core.ReadExactly",
-    .tp_basicsize = sizeof(ReadExactly),
+    .tp_name = "aioring._core.StreamRead",
+    .tp_basicsize = sizeof(StreamRead),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_doc = "ReadExactly(public, read_ahead, incomplete): a coroutine method whose small reads run in C "
-              "(see streamread.h).",
-    .tp_new = read_exactly_new,
+    .tp_doc = "StreamRead(public, name, read_ahead, incomplete): a coroutine method whose reads that need no "
+              "coroutine frame run in C (see streamread.h).",
+    .tp_new = stream_read_new,
     .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(ReadExactly, vectorcall),
-    .tp_descr_get = read_exactly_get,
-    .tp_dictoffset = offsetof(ReadExactly, dict),
-    .tp_traverse = (traverseproc)read_exactly_traverse,
-    .tp_clear = (inquiry)read_exactly_clear,
-    .tp_dealloc = (destructor)read_exactly_dealloc,
-    .tp_getset = read_exactly_getset,
-    .tp_repr = (reprfunc)read_exactly_repr,
+    .tp_vectorcall_offset = offsetof(StreamRead, vectorcall),
+    .tp_descr_get = stream_read_get,
+    .tp_dictoffset = offsetof(StreamRead, dict),
+    .tp_traverse = (traverseproc)stream_read_traverse,
+    .tp_clear = (inquiry)stream_read_clear,
+    .tp_dealloc = (destructor)stream_read_dealloc,
+    .tp_getset = stream_read_getset,
+    .tp_repr = (reprfunc)stream_read_repr,
 };
 
-/* -------------------------------------------------------- ReadExactlyCall */
+/* -------------------------------------------------------- StreamReadCall */
 
 /* The length of buf when the small path takes it (a bytearray, or a
    writable one-dimensional C-contiguous memoryview of format "B"), else -1;
@@ -205,23 +226,43 @@ unset_waiter(PyObject *reader)
 /* Whether the reader's _exception and _eof are known unset: its Receiver
    feeds it and says so (channel.h's _ended). */
 static int
-reader_quiet(ReadExactlyCall *self)
+reader_quiet(StreamReadCall *self)
 {
     return self->fed != NULL && self->fed->reader == self->reader && !self->fed->ended;
 }
 
-/* buf[:] = the buffer's first n bytes, which leave it (as public does). */
+/* INTO: buf is let go (the call has ended). */
+static void
+let_go(StreamReadCall *self)
+{
+    if (self->held) {
+        self->held = 0;
+        PyBuffer_Release(&self->view);
+    }
+}
+
+/* The buffer's first k bytes leave it. */
 static int
-take(ReadExactlyCall *self)
+drop_front(PyObject *buffered, Py_ssize_t k)
+{
+    if (PyByteArray_GET_SIZE(buffered) == k)
+        return PyByteArray_Resize(buffered, 0);
+    return PySequence_DelSlice(buffered, 0, k);
+}
+
+/* EXACTLY: buf[:] = the buffer's first n bytes, which leave it (as public
+   does). */
+static int
+take(StreamReadCall *self)
 {
     Py_buffer view;
-    if (PyObject_GetBuffer(self->buf, &view, PyBUF_WRITABLE) == 0) {
+    if (PyObject_GetBuffer(self->arg, &view, PyBUF_WRITABLE) == 0) {
         int same = view.len == self->n;
         if (same)
             memcpy(view.buf, PyByteArray_AS_STRING(self->buffered), (size_t)self->n);
         PyBuffer_Release(&view);
         if (same)
-            goto taken;
+            return drop_front(self->buffered, self->n);
     } else {
         PyErr_Clear(); /* (what the assignment below raises instead) */
     }
@@ -231,24 +272,83 @@ take(ReadExactlyCall *self)
                          : PySequence_GetSlice(self->buffered, 0, self->n);
     if (part == NULL)
         return -1;
-    int ret = PyObject_SetItem(self->buf, everything, part);
+    int ret = PyObject_SetItem(self->arg, everything, part);
     Py_DECREF(part);
     if (ret < 0)
         return -1;
-taken:
-    if (PyByteArray_GET_SIZE(self->buffered) == self->n)
-        return PyByteArray_Resize(self->buffered, 0);
-    return PySequence_DelSlice(self->buffered, 0, self->n);
+    return drop_front(self->buffered, self->n);
 }
 
-static PySendResult wait_ended(ReadExactlyCall *self, PySendResult status, PyObject **result);
-
-/* The small path's loop: the buffer holds n bytes (the result), or an EOF
-   ends it, or it waits (WAITING, its first yield in *result). */
-static PySendResult
-fill(ReadExactlyCall *self, PyObject **result)
+/* A large read found its bytes read ahead, to be copied: its receiver's
+   next header wait takes no more than it lacks (channel.h), and its next
+   readinto() receives straight into the caller's buffer again. */
+static void
+read_ahead_body(StreamReadCall *self)
 {
-    while (PyByteArray_GET_SIZE(self->buffered) < self->n) {
+    if (AiorRecv_Check(self->rx)) {
+        ((AiorRecv *)self->rx)->bodies = 1;
+        ((AiorRecv *)self->rx)->into_small = 0;
+    }
+}
+
+/* reader._maybe_resume_transport() when reader._paused (as asyncio's
+   read() does after taking bytes): 0, or -1 with an exception set. */
+static int
+resume_if_paused(PyObject *reader)
+{
+    PyObject *paused = PyObject_GetAttr(reader, str_paused);
+    int set = paused == NULL ? -1 : PyObject_IsTrue(paused);
+    Py_XDECREF(paused);
+    if (set <= 0)
+        return set;
+    PyObject *r = PyObject_CallMethodNoArgs(reader, str_resume);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* The read's result, from what the buffer holds now (at least what the
+   read needs, or at EOF anything): EXACTLY n (buf filled), INTO the bytes
+   copied into buf (0: EOF), BYTES those bytes. */
+static PySendResult
+finish(StreamReadCall *self, PyObject **result)
+{
+    Py_ssize_t size = PyByteArray_GET_SIZE(self->buffered), k;
+    switch (self->owner->kind) {
+    case EXACTLY:
+        if (take(self) < 0)
+            return PYGEN_ERROR;
+        *result = PyLong_FromSsize_t(self->n);
+        break;
+    case INTO:
+        k = size < self->view.len ? size : self->view.len;
+        memcpy(self->view.buf, PyByteArray_AS_STRING(self->buffered), (size_t)k);
+        let_go(self);
+        if (k >= self->owner->read_ahead)
+            read_ahead_body(self);
+        if (drop_front(self->buffered, k) < 0)
+            return PYGEN_ERROR;
+        *result = PyLong_FromSsize_t(k);
+        break;
+    default:
+        k = size < self->n ? size : self->n;
+        *result = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(self->buffered), k);
+        if (*result != NULL && (drop_front(self->buffered, k) < 0 || resume_if_paused(self->reader) < 0))
+            Py_CLEAR(*result);
+    }
+    return *result == NULL ? PYGEN_ERROR : PYGEN_RETURN;
+}
+
+static PySendResult wait_ended(StreamReadCall *self, PySendResult status, PyObject **result);
+
+/* The read's loop: the buffer holds what the read needs (EXACTLY n bytes,
+   the others one), or an EOF ends it, or it waits (WAITING, its first
+   yield in *result). */
+static PySendResult
+fill(StreamReadCall *self, PyObject **result)
+{
+    int exact = self->owner->kind == EXACTLY;
+    Py_ssize_t need = exact ? self->n : 1;
+    while (PyByteArray_GET_SIZE(self->buffered) < need) {
         int at_eof = 0;
         if (!reader_quiet(self)) {
             PyObject *eof = PyObject_GetAttr(self->reader, str_eof);
@@ -257,6 +357,8 @@ fill(ReadExactlyCall *self, PyObject **result)
         }
         if (at_eof < 0)
             return PYGEN_ERROR;
+        if (at_eof && !exact)
+            break;
         if (at_eof) {
             PyObject *partial = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(self->buffered),
                                                           PyByteArray_GET_SIZE(self->buffered));
@@ -276,7 +378,8 @@ fill(ReadExactlyCall *self, PyObject **result)
             PyErr_Format(PyExc_TypeError, "a ring stream's _rx is %.100s, not a Receiver", Py_TYPE(rx)->tp_name);
             return PYGEN_ERROR;
         }
-        PyObject *waiter = aior_recv_arrival((AiorRecv *)rx, str_name, self->n - PyByteArray_GET_SIZE(self->buffered));
+        Py_ssize_t want = exact ? self->n - PyByteArray_GET_SIZE(self->buffered) : 0;
+        PyObject *waiter = aior_recv_arrival((AiorRecv *)rx, self->owner->name, want);
         if (waiter == NULL)
             return PYGEN_ERROR;
         if (waiter == Py_None) {
@@ -303,16 +406,13 @@ fill(ReadExactlyCall *self, PyObject **result)
         return wait_ended(self, status, result);
     }
     self->state = FINISHED;
-    if (take(self) < 0)
-        return PYGEN_ERROR;
-    *result = PyLong_FromSsize_t(self->n);
-    return *result == NULL ? PYGEN_ERROR : PYGEN_RETURN;
+    return finish(self, result);
 }
 
 /* The wait ended (status, as PyIter_Send's): reader._waiter = None, then
    the loop again, or the wait's exception. */
 static PySendResult
-wait_ended(ReadExactlyCall *self, PySendResult status, PyObject **result)
+wait_ended(StreamReadCall *self, PySendResult status, PyObject **result)
 {
     Py_CLEAR(self->inner);
     self->state = FINISHED;
@@ -325,9 +425,11 @@ wait_ended(ReadExactlyCall *self, PySendResult status, PyObject **result)
 
 /* The first step: public's coroutine's (delegated: DELEGATING). */
 static PySendResult
-delegate(ReadExactlyCall *self, PyObject **result)
+delegate(StreamReadCall *self, PyObject **result)
 {
-    PyObject *args[2] = {self->reader, self->buf};
+    let_go(self);
+    Py_CLEAR(self->buffered);
+    PyObject *args[2] = {self->reader, self->arg};
     self->inner = PyObject_Vectorcall(self->owner->public_fn, args, 2, NULL);
     if (self->inner == NULL)
         return PYGEN_ERROR;
@@ -340,27 +442,18 @@ delegate(ReadExactlyCall *self, PyObject **result)
     return status;
 }
 
-/* A large read found all its bytes read ahead, to be copied: its
-   receiver's next header wait takes no more than it lacks (channel.h). */
-static void
-read_ahead_body(ReadExactlyCall *self)
-{
-    if (AiorRecv_Check(self->rx))
-        ((AiorRecv *)self->rx)->bodies = 1;
-}
-
 /* A large read's bytes that the socket holds right after its header
    (aior_recv_body_now), received into buf: n when they filled it.  Fewer
    go to the front of the reader's buffer (public's then copies them back
    and receives the rest).  As aior_recv_body_now's otherwise (0, -1, -2). */
 static Py_ssize_t
-body_now(ReadExactlyCall *self, Py_ssize_t n)
+body_now(StreamReadCall *self, Py_ssize_t n)
 {
     PyObject *rx = self->rx;
     Py_ssize_t got = -1;
     Py_buffer view;
     if (AiorRecv_Check(rx) && ((AiorRecv *)rx)->rest_due) {
-        if (PyObject_GetBuffer(self->buf, &view, PyBUF_WRITABLE) < 0)
+        if (PyObject_GetBuffer(self->arg, &view, PyBUF_WRITABLE) < 0)
             return -2;
         got = aior_recv_body_now((AiorRecv *)rx, view.buf, n);
         if (got > 0 && got < n &&
@@ -373,12 +466,49 @@ body_now(ReadExactlyCall *self, Py_ssize_t n)
     return got;
 }
 
-/* The first step: the core's path (a small buffer, or a large one whose
-   bytes are all buffered), or public's coroutine's. */
-static PySendResult
-start(ReadExactlyCall *self, PyObject **result)
+/* The size the core's path takes for the call's argument, else -1 (no
+   exception either way): EXACTLY and INTO a buffer small_length() takes
+   (INTO a non-empty one, held from here on, as public holds it); BYTES an
+   int n > 0. */
+static Py_ssize_t
+size_wanted(StreamReadCall *self)
 {
-    Py_ssize_t n = small_length(self->buf);
+    PyObject *arg = self->arg;
+    switch (self->owner->kind) {
+    case EXACTLY:
+        return small_length(arg);
+    case INTO:
+        if (!PyByteArray_CheckExact(arg) && !PyMemoryView_Check(arg))
+            return -1;
+        if (PyObject_GetBuffer(arg, &self->view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+            PyErr_Clear();  /* (released, read-only: public's errors) */
+            return -1;
+        }
+        self->held = 1;
+        if (self->view.len > 0 && self->view.ndim == 1 &&
+            (self->view.format == NULL || strcmp(self->view.format, "B") == 0) &&
+            PyBuffer_IsContiguous(&self->view, 'C'))
+            return self->view.len;
+        let_go(self);
+        return -1;
+    default: {
+        if (!PyLong_CheckExact(arg))
+            return -1;
+        Py_ssize_t n = PyLong_AsSsize_t(arg);
+        if (n == -1 && PyErr_Occurred())
+            PyErr_Clear();  /* (too large: public's) */
+        return n > 0 ? n : -1;
+    }
+    }
+}
+
+/* The first step: the core's path (for EXACTLY a small buffer, or a large
+   one whose bytes are all buffered; for INTO one that reads ahead), or
+   public's coroutine's. */
+static PySendResult
+start(StreamReadCall *self, PyObject **result)
+{
+    Py_ssize_t n = size_wanted(self);
     if (n < 0)
         return delegate(self, result);
     self->rx = PyObject_GetAttr(self->reader, str_rx);
@@ -417,7 +547,7 @@ start(ReadExactlyCall *self, PyObject **result)
         PyErr_SetString(PyExc_TypeError, "a stream reader's _buffer is a bytearray");
         return PYGEN_ERROR;
     }
-    if (n >= self->owner->read_ahead) {
+    if (n >= self->owner->read_ahead && self->owner->kind == EXACTLY) {
         if (PyByteArray_GET_SIZE(self->buffered) < n) {
             /* A large read that waits: received straight into buf, at once
                when its header was just read (and all of it is there), else
@@ -429,31 +559,39 @@ start(ReadExactlyCall *self, PyObject **result)
                 *result = PyLong_FromSsize_t(n);
                 return *result == NULL ? PYGEN_ERROR : PYGEN_RETURN;
             }
-            Py_CLEAR(self->buffered);
             return delegate(self, result);
         }
         read_ahead_body(self);
+    } else if (n >= self->owner->read_ahead && self->owner->kind == INTO && !PyByteArray_GET_SIZE(self->buffered)) {
+        /* A large readinto() with nothing buffered receives straight into
+           buf (public's), unless the receive into the chunk is out already
+           or the peer's messages are small (_into_small). */
+        AiorRecv *rx = AiorRecv_Check(self->rx) ? (AiorRecv *)self->rx : NULL;
+        if (rx == NULL || !(rx->armed || rx->into_small))
+            return delegate(self, result);
     }
     self->n = n;
     return fill(self, result);
 }
 
-static PySendResult step(ReadExactlyCall *self, PyObject *arg, PyObject **result);
+static PySendResult step(StreamReadCall *self, PyObject *arg, PyObject **result);
 
 /* am_send: a step, whose error leaves no result behind (a task takes a
    result beside an error for a return). */
 static PySendResult
-call_am_send(ReadExactlyCall *self, PyObject *arg, PyObject **result)
+call_am_send(StreamReadCall *self, PyObject *arg, PyObject **result)
 {
     *result = NULL;
     PySendResult status = step(self, arg, result);
     if (status == PYGEN_ERROR)
         *result = NULL;
+    if (status != PYGEN_NEXT)
+        let_go(self);
     return status;
 }
 
 static PySendResult
-step(ReadExactlyCall *self, PyObject *arg, PyObject **result)
+step(StreamReadCall *self, PyObject *arg, PyObject **result)
 {
     switch (self->state) {
     case UNSTARTED:
@@ -482,7 +620,7 @@ step(ReadExactlyCall *self, PyObject *arg, PyObject **result)
 }
 
 static PyObject *
-call_send(ReadExactlyCall *self, PyObject *arg)
+call_send(StreamReadCall *self, PyObject *arg)
 {
     PyObject *result = NULL;
     PySendResult status = call_am_send(self, arg, &result);
@@ -490,7 +628,7 @@ call_send(ReadExactlyCall *self, PyObject *arg)
 }
 
 static PyObject *
-call_iternext(ReadExactlyCall *self)
+call_iternext(StreamReadCall *self)
 {
     return call_send(self, Py_None);
 }
@@ -523,7 +661,7 @@ inner_call(PyObject *inner, PyObject *method, PyObject *args, PyObject **result)
    coroutine of public, which ends as a native one does (the exception
    raised, nothing run). */
 static PyObject *
-call_forward(ReadExactlyCall *self, PyObject *method, PyObject *args)
+call_forward(StreamReadCall *self, PyObject *method, PyObject *args)
 {
     PyObject *result = NULL;
     if (self->state == WAITING) {
@@ -534,11 +672,15 @@ call_forward(ReadExactlyCall *self, PyObject *method, PyObject *args)
             Py_XDECREF(result);
             Py_CLEAR(self->inner);
             self->state = FINISHED;
+            let_go(self);
             if (unset_waiter(self->reader) < 0 || status == PYGEN_ERROR)
                 return NULL;
             Py_RETURN_NONE;
         }
-        return aior_step_result(wait_ended(self, status, &result), result);
+        status = wait_ended(self, status, &result);
+        if (status != PYGEN_NEXT)
+            let_go(self);
+        return aior_step_result(status, result);
     }
     PyObject *target = self->inner;
     self->inner = NULL;
@@ -547,7 +689,7 @@ call_forward(ReadExactlyCall *self, PyObject *method, PyObject *args)
     if (!delegating) {
         if (method == str_close)
             Py_RETURN_NONE;
-        PyObject *cargs[2] = {self->reader, self->buf};
+        PyObject *cargs[2] = {self->reader, self->arg};
         target = PyObject_Vectorcall(self->owner->public_fn, cargs, 2, NULL);
         if (target == NULL)
             return NULL;
@@ -559,13 +701,13 @@ call_forward(ReadExactlyCall *self, PyObject *method, PyObject *args)
 }
 
 static PyObject *
-call_throw(ReadExactlyCall *self, PyObject *args)
+call_throw(StreamReadCall *self, PyObject *args)
 {
     return call_forward(self, str_throw, args);
 }
 
 static PyObject *
-call_close(ReadExactlyCall *self, PyObject *unused)
+call_close(StreamReadCall *self, PyObject *unused)
 {
     PyObject *none = PyTuple_New(0);
     if (none == NULL)
@@ -576,17 +718,17 @@ call_close(ReadExactlyCall *self, PyObject *unused)
 }
 
 static PyObject *
-call_await(ReadExactlyCall *self)
+call_await(StreamReadCall *self)
 {
     return Py_NewRef(self);
 }
 
 static int
-call_traverse(ReadExactlyCall *self, visitproc visit, void *arg)
+call_traverse(StreamReadCall *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->owner);
     Py_VISIT(self->reader);
-    Py_VISIT(self->buf);
+    Py_VISIT(self->arg);
     Py_VISIT(self->buffered);
     Py_VISIT(self->rx);
     Py_VISIT(self->inner);
@@ -594,10 +736,11 @@ call_traverse(ReadExactlyCall *self, visitproc visit, void *arg)
 }
 
 static int
-call_clear(ReadExactlyCall *self)
+call_clear(StreamReadCall *self)
 {
+    let_go(self);
     Py_CLEAR(self->reader);
-    Py_CLEAR(self->buf);
+    Py_CLEAR(self->arg);
     Py_CLEAR(self->buffered);
     self->fed = NULL;
     Py_CLEAR(self->rx);
@@ -608,7 +751,7 @@ call_clear(ReadExactlyCall *self)
 /* As a native coroutine: never awaited, a RuntimeWarning; dropped while it
    waits, closed. */
 static void
-call_finalize(ReadExactlyCall *self)
+call_finalize(StreamReadCall *self)
 {
     if ((self->state != UNSTARTED && self->state != WAITING) || self->owner == NULL || self->reader == NULL)
         return;
@@ -627,7 +770,7 @@ call_finalize(ReadExactlyCall *self)
 }
 
 static void
-call_dealloc(ReadExactlyCall *self)
+call_dealloc(StreamReadCall *self)
 {
     if ((self->state == UNSTARTED || self->state == WAITING) &&
         PyObject_CallFinalizerFromDealloc((PyObject *)self) < 0)
@@ -650,12 +793,12 @@ static PyAsyncMethods call_as_async = {
     .am_send = (sendfunc)call_am_send,
 };
 
-static PyTypeObject ReadExactlyCall_Type = {
+static PyTypeObject StreamReadCall_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "aioring._core.ReadExactlyCall",
-    .tp_basicsize = sizeof(ReadExactlyCall),
+    .tp_name = "aioring._core.StreamReadCall",
+    .tp_basicsize = sizeof(StreamReadCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "A ReadExactly call's coroutine: the small (or all-buffered) path in C, or public's coroutine.",
+    .tp_doc = "A StreamRead call's coroutine: the small (or all-buffered) path in C, or public's coroutine.",
     .tp_as_async = &call_as_async,
     .tp_iternext = (iternextfunc)call_iternext,
     .tp_traverse = (traverseproc)call_traverse,
@@ -674,15 +817,16 @@ aior_streamread_add(PyObject *module)
     str_buffer = PyUnicode_InternFromString("_buffer");
     str_eof = PyUnicode_InternFromString("_eof");
     str_waiter = PyUnicode_InternFromString("_waiter");
-    str_name = PyUnicode_InternFromString("readinto_exactly");
+    str_paused = PyUnicode_InternFromString("_paused");
+    str_resume = PyUnicode_InternFromString("_maybe_resume_transport");
     str_throw = PyUnicode_InternFromString("throw");
     str_close = PyUnicode_InternFromString("close");
     everything = PySlice_New(NULL, NULL, NULL);
     if (str_tls == NULL || str_rx == NULL || str_exception == NULL || str_buffer == NULL || str_eof == NULL ||
-        str_waiter == NULL || str_name == NULL || str_throw == NULL || str_close == NULL ||
+        str_waiter == NULL || str_paused == NULL || str_resume == NULL || str_throw == NULL || str_close == NULL ||
         everything == NULL)
         return -1;
-    if (PyType_Ready(&ReadExactly_Type) < 0 || PyType_Ready(&ReadExactlyCall_Type) < 0)
+    if (PyType_Ready(&StreamRead_Type) < 0 || PyType_Ready(&StreamReadCall_Type) < 0)
         return -1;
-    return PyModule_AddObjectRef(module, "ReadExactly", (PyObject *)&ReadExactly_Type);
+    return PyModule_AddObjectRef(module, "StreamRead", (PyObject *)&StreamRead_Type);
 }
