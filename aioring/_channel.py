@@ -57,10 +57,6 @@ _POOL_MIN = POOL_MIN
 # Pending writes up to this much in all are joined into one send.
 _JOIN_MAX = JOIN_MAX
 _IOV_MAX = 1024
-# Receives of fewer bytes are started again by the core at once (see
-# _Receiver); larger ones are bulk data, which the reader receives straight
-# into its own buffer (the streams' _READ_AHEAD).
-_REARM_MAX = 16 * 1024
 _PREP_RW = prep_rw
 _PREP_POLL = prep_poll
 _RECV = OP_RECV
@@ -303,19 +299,16 @@ class _Receiver(_Side, _ReceiveTarget):
     def __init__(self, channel: _Channel) -> None:
         super().__init__(channel)
         self._scratch = _scratch()
-        # The receive into the reader's buffer: one op, started again for
-        # every receive (see arm), by the core itself after a small receive
-        # (up to _READ_AHEAD: larger ones are bulk data, which the reader
-        # receives straight into its own buffer) while the reader's buffer
-        # is below its limit: a poll until data first arrives, then a
-        # receive into the chunk of the core's Receiver.
+        # The receive into the reader's buffer: one op, started again when
+        # the reader next waits (see arm; by the core itself in arrival()
+        # where it can): a poll until data first arrives, then a receive
+        # into the chunk of the core's Receiver.
         self._op: Op | None = None
         ring = self._ring
         opcode = _RECV if self._is_socket else _READ
         if ring.fd >= 0 and ring.supports(opcode):  # (the threads backend, an emulated opcode: Python arms)
             self._core = ring._core
             self._flush = ring._schedule_flush
-            self._rearm_max = _REARM_MAX
         self._read_op: Op | None = None  # a receive into the caller's buffer in flight, if any
         # A read that finds its data already there takes it at once, without
         # waiting (MSG_DONTWAIT, RWF_NOWAIT): no ring op, no wake-up.  After a

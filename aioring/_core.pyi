@@ -90,8 +90,6 @@ class Receiver:
     _reader: Any
     _core: Core | None
     _flush: Callable[[], None] | None
-    _rearm_max: int
-    _buffer_max: int
     _armed: bool
     _closing: bool
     _paused: bool
@@ -106,6 +104,7 @@ class Receiver:
     _is_socket: bool
     _bodies: bool
     _into_small: bool
+    _eager: bool
     _ended: bool
     @property
     def _into_out(self) -> bool: ...

@@ -132,7 +132,6 @@ class StreamReader(asyncio.StreamReader):
         self._channel = channel
         self._rx = rx = channel._rx
         rx._reader = self
-        rx._buffer_max = self._limit  # (the core receives ahead up to the reader's limit)
 
     def set_exception(self, exc: Exception) -> None:
         """As asyncio.StreamReader.set_exception; its Receiver's reads look for it from then on."""

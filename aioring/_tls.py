@@ -194,6 +194,7 @@ class TLSLayer:
         self._raw = raw
         self._tx = raw._tx  # its send queue
         self._raw_reader = raw_reader
+        raw._rx._eager = True  # (it reads all the time: a completion starts the next receive at once)
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._sslobj = context.wrap_bio(self._incoming, self._outgoing, server_side=server_side,

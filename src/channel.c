@@ -134,6 +134,34 @@ rearm(AiorRecv *rx, AiorCore *core, AiorOp *op)
     return 1;
 }
 
+/* rearm() in restart()'s common case (the flush that submits it scheduled
+   already, no eager run going; see launch in core.h): 1 when op was
+   started again, 0 when policy has to (nothing changed), -1 with an
+   exception set. */
+static int
+rearm_common(AiorRecv *rx, AiorOp *op)
+{
+    AiorCore *core = core_of(rx);
+    if (core == NULL || core->ring == NULL || !aior_flush_scheduled(core) || core->eager_left ||
+        rx->closing || rx->paused || rx->armed || no_reader(rx) || op->state != AIOR_DONE)
+        return 0;
+    return rearm(rx, core, op);
+}
+
+/* A waiting reader's receive into the chunk started again by the core:
+   policy's op (_op), when rearm_common() can.  1, 0 (policy's arm() has
+   to), or -1 with an exception set. */
+static int
+arm_in_core(AiorRecv *rx)
+{
+    PyObject *op = PyObject_GetAttr((PyObject *)rx, str_op);
+    if (op == NULL)
+        PyErr_Clear();  /* (none: arm()'s) */
+    int armed = op != NULL && PyObject_TypeCheck(op, &AiorOp_Type) ? rearm_common(rx, (AiorOp *)op) : 0;
+    Py_XDECREF(op);
+    return armed;
+}
+
 /* After a re-arm: the flush that submits its SQE.  Called after the waiter
    was woken, so that the flush runs after the reader's task (call_soon's
    order): what the task writes leaves in the same submit. */
@@ -151,26 +179,27 @@ schedule_flush(AiorRecv *rx)
     return 0;
 }
 
-/* The hot path's share: the bytes appended, the op re-armed (core: may
-   re-arm), the waiter woken.  -1 with an exception set. */
+/* The hot path's share: the bytes appended, the waiter woken, and with
+   `flush` the loop's flush scheduled after the reader's task.  Not
+   re-armed: the reader's next wait starts the receive (arrival), after
+   what its task sends meanwhile, in that flush, so that a request's
+   receive, submitted after its reply left, often finds the next request
+   there already and completes in the submit, with no poll armed and no
+   task work.  -1 with an exception set. */
 static int
-deliver(AiorRecv *rx, AiorCore *core, AiorOp *op, int res)
+deliver(AiorRecv *rx, AiorOp *op, int res)
 {
     PyObject *buf = reader_buffer(rx);
     if (buf == NULL)
         return -1;
-    if (append(rx->chunk, buf, res) < 0) {
-        Py_DECREF(buf);
-        return -1;
-    }
-    int armed = 0;
-    /* Re-armed before the waiter is woken: whatever its done() or
-       set_result() runs (a TLS layer's watch) sees the receive out. */
-    if (core != NULL && rx->core == (PyObject *)core && core->ring != NULL && res < rx->rearm_max &&
-        PyByteArray_GET_SIZE(buf) < rx->buffer_max)
-        armed = rearm(rx, core, op);
+    int ret = append(rx->chunk, buf, res);
     Py_DECREF(buf);
-    if (armed < 0) {
+    if (ret < 0)
+        return -1;
+    AiorCore *core = op != NULL ? core_of(rx) : NULL;
+    /* (_eager: started before the waiter is woken, so that whatever its
+       set_result() runs, a TLS layer's feed, sees the receive out.) */
+    if (core != NULL && rx->eager && !rx->rest_due && core->ring != NULL && rearm(rx, core, op) < 0) {
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
         wake(rx); /* (the bytes are in the buffer: its reader still gets them) */
@@ -180,7 +209,7 @@ deliver(AiorRecv *rx, AiorCore *core, AiorOp *op, int res)
     }
     if (wake(rx) < 0)
         return -1;
-    return armed ? schedule_flush(rx) : 0;
+    return core != NULL ? schedule_flush(rx) : 0;
 }
 
 int
@@ -195,13 +224,9 @@ aior_recv_complete(AiorCore *core, AiorOp *op, AiorRecv *rx, int res)
     if (res <= 0 || rx->closing || rx->paused || no_reader(rx) || rx->chunk == NULL ||
         res > AIOR_RECV_CHUNK)
         return to_policy(rx, res);
-    if (limit && (unsigned int)res == limit) {
-        /* A header, capped, came whole: its body is most likely in the
-           socket, for the caller's buffer.  Not re-armed. */
-        rx->rest_due = 1;
-        return deliver(rx, NULL, NULL, res);
-    }
-    return deliver(rx, core, op, res);
+    if (limit && (unsigned int)res == limit)
+        rx->rest_due = 1;  /* (a header, capped, came whole: its body is most likely in the socket) */
+    return deliver(rx, op, res);
 }
 
 /* ---------------------------------------------------- the receiver type */
@@ -293,7 +318,7 @@ recv_deliver(AiorRecv *rx, PyObject *arg)
         PyErr_SetString(PyExc_TypeError, "a receiver without a reader");
         return NULL;
     }
-    if (deliver(rx, NULL, NULL, (int)res) < 0)
+    if (deliver(rx, NULL, (int)res) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -668,6 +693,11 @@ do_arrival(AiorRecv *rx, PyObject *func_name)
     Py_INCREF(rx);  /* (what follows calls Python, which may let go of the reader's channel) */
     Py_INCREF(reader);
     PyObject *result = NULL;
+    /* The receive goes out with this iteration's flush where the core can
+       start it (no read that does not wait first: the submit tries as
+       much, and the loop runs before the reader gets its bytes). */
+    if (!rx->armed && arm_in_core(rx) < 0)
+        goto done;
     if (!rx->armed && pull_due(rx)) {
         PyObject *due = aior_pace();
         if (due == NULL)
@@ -798,12 +828,7 @@ recv_rearm_op(AiorRecv *rx, PyObject *arg)
         PyErr_SetString(PyExc_TypeError, "_rearm() takes an Op");
         return NULL;
     }
-    AiorCore *core = core_of(rx);
-    AiorOp *op = (AiorOp *)arg;
-    if (core == NULL || core->ring == NULL || !aior_flush_scheduled(core) || core->eager_left ||
-        rx->closing || rx->paused || rx->armed || no_reader(rx) || op->state != AIOR_DONE)
-        Py_RETURN_FALSE;
-    int armed = rearm(rx, core, op);
+    int armed = rearm_common(rx, (AiorOp *)arg);
     if (armed < 0)
         return NULL;
     return Py_NewRef(armed ? Py_True : Py_False);
@@ -830,8 +855,6 @@ static PyMethodDef recv_methods[] = {
 static PyMemberDef recv_members[] = {
     {"_core", T_OBJECT, offsetof(AiorRecv, core), 0, NULL},
     {"_flush", T_OBJECT, offsetof(AiorRecv, flush), 0, NULL},
-    {"_rearm_max", T_PYSSIZET, offsetof(AiorRecv, rearm_max), 0, NULL},
-    {"_buffer_max", T_PYSSIZET, offsetof(AiorRecv, buffer_max), 0, NULL},
     {"_armed", T_BOOL, offsetof(AiorRecv, armed), 0, NULL},
     {"_closing", T_BOOL, offsetof(AiorRecv, closing), 0, NULL},
     {"_paused", T_BOOL, offsetof(AiorRecv, paused), 0, NULL},
@@ -848,6 +871,7 @@ static PyMemberDef recv_members[] = {
     {"_is_socket", T_BOOL, offsetof(AiorRecv, is_socket), 0, NULL},
     {"_bodies", T_BOOL, offsetof(AiorRecv, bodies), 0, NULL},
     {"_into_small", T_BOOL, offsetof(AiorRecv, into_small), 0, NULL},
+    {"_eager", T_BOOL, offsetof(AiorRecv, eager), 0, NULL},
     {"_ended", T_BOOL, offsetof(AiorRecv, ended), 0, NULL},
     {NULL},
 };

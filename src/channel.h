@@ -33,21 +33,23 @@
  *                    SUBMITTED); cleared by every completion.
  *       _closing     closing: every completion goes to policy.
  *       _paused      pause_reading(): every completion goes to policy.
- *       _core        the Core that re-arms the op (None: never re-arms;
- *                    the threads backend, an emulated opcode).
- *       _flush       called (no arguments) after a re-arm, so that the SQE
- *                    it prepared is submitted (the ring's flush); with a
+ *       _core        the Core that starts the op again when the reader
+ *                    waits (None: policy always does; the threads
+ *                    backend, an emulated opcode).
+ *       _flush       called (no arguments) after a receive into the
+ *                    caller's buffer was started, so that the SQE it
+ *                    prepared is submitted (the ring's flush); with a
  *                    _core, the core schedules its flush itself instead
  *                    (aior_schedule_flush, flush.h).
- *       _rearm_max   a completion of fewer bytes than this re-arms (bulk
- *                    data, larger, is left to the reader's direct receive
- *                    into its own buffer); 0: never.
- *       _buffer_max  re-arms only while the reader's buffer holds fewer
- *                    bytes than this (backpressure: the reader's limit).
  *       _bodies      the last read was a body's (16 KiB or more) into the
  *                    caller's buffer: set by policy, the core's
  *                    readinto_exactly and _receive_into; taken by the
  *                    next arrival() (see framed reads below).
+ *       _eager       a completion starts the receive again at once,
+ *                    before the reader's waiter is woken, for a reader
+ *                    that reads all the time (the TLS layer, as asyncio's
+ *                    TLS transport reads); otherwise the reader's next wait
+ *                    starts it (arrival()).
  *       _into_small  the last readinto() that received straight into the
  *                    caller's (large) buffer got fewer than 16 KiB: the
  *                    peer sends small messages, so the next readinto() of
@@ -81,9 +83,9 @@
  *     receive into the chunk capped through the limit of its op, policy's
  *     _op (core.h), or pull()'s read), so that the body stays in the
  *     socket instead of being read ahead into the reader's buffer and
- *     copied out of it twice.  A capped receive that came back full is not
- *     re-armed, and the body's receive into the caller's buffer that
- *     follows is tried at once first (recv(2) with MSG_DONTWAIT): no ring
+ *     copied out of it twice.  After a capped receive that came back
+ *     full, the body's receive into the caller's buffer that follows is
+ *     tried at once first (recv(2) with MSG_DONTWAIT): no ring
  *     receive, no wake-up, no copy.
  *     Only a socket's, and only with a core (the threads backend reads
  *     ahead as before: a receive there is a thread's hop).
@@ -111,8 +113,6 @@ typedef struct {
     char ended;            /* _ended */
     PyObject *core;        /* _core: an AiorCore, or None */
     PyObject *flush;       /* _flush: callable, or None */
-    Py_ssize_t rearm_max;  /* _rearm_max */
-    Py_ssize_t buffer_max; /* _buffer_max */
     char armed;            /* _armed */
     char closing;          /* _closing */
     char paused;           /* _paused */
@@ -134,6 +134,7 @@ typedef struct {
     char is_socket;        /* _is_socket */
     char bodies;           /* the last read was a receive into the caller's buffer */
     char into_small;       /* _into_small */
+    char eager;            /* _eager */
     char rest_due;         /* a capped read came back full: more is likely there */
     Py_ssize_t cap;        /* the most the next read into the chunk takes (0: all it can) */
 } AiorRecv;
@@ -186,8 +187,8 @@ extern PyTypeObject AiorSender_Type;
 
 /* Entry points (Python names in brackets):
  *
- * [Receiver()]  A new target: no reader, no chunk, nothing armed, never
- *  re-arms.  Subclassed by policy (with __slots__ of its own).
+ * [Receiver()]  A new target: no reader, no chunk, nothing armed, no
+ *  core.  Subclassed by policy (with __slots__ of its own).
  *
  * [receiver(res)]  The sink's call: the result of a receive into the chunk
  *  that the core did not dispatch itself (policy's withdraw of an op the
@@ -222,10 +223,12 @@ extern PyTypeObject AiorSender_Type;
  * [arrival(func_name, want=0) -> awaitable | None]  What a read of the
  *  reader that wants more than its buffer holds awaits (the reader then
  *  sets its _waiter to None): a future of the reader's loop, made its
- *  _waiter, with the receive into the buffer armed (arm(), unless _armed);
- *  or None when a pull() (made first while pull_due() says so) brought
- *  bytes or EOF at once; or, when pace() says the loop is due a turn first,
- *  the reader's _turn_then_wait() coroutine.  `want` > 0: the read is an
+ *  _waiter, with the receive into the buffer armed unless _armed: first,
+ *  policy's op (_op) started again by the core as _rearm() does, where it
+ *  can; else, or None when a pull() (made first while pull_due() says so)
+ *  brought bytes or EOF at once, or, when pace() says the loop is due a
+ *  turn first, the reader's _turn_then_wait() coroutine; else policy's
+ *  arm().  `want` > 0: the read is an
  *  exact one that lacks `want` bytes; after a body read into the caller's
  *  buffer, the pull() or receive it starts takes no more (see framed reads
  *  above).  Raises asyncio's RuntimeError naming
@@ -235,8 +238,10 @@ extern PyTypeObject AiorSender_Type;
  * [_rearm(op) -> bool]  Policy's arm() of op, its receive into the chunk
  *  (an op the core prepares, whose CQE is in), in its common case: this
  *  loop iteration's flush scheduled already and no eager run going
- *  (eager_left 0; see launch in core.h).  Then op is started again as a
- *  completion re-arms it, _armed set, and True: the flush submits it.
+ *  (eager_left 0; see launch in core.h).  Then op is started again (the
+ *  chunk pinned, the SQE prepared, the op in the table under a new key),
+ *  _armed set, and True: the flush submits it.  arrival() does the same
+ *  before it calls arm().
  *  False, with nothing changed, in every other case (policy's restart()
  *  serves it): no _core or its ring detached, closing, paused, armed
  *  already, no reader, op not such an op or not done, the SQ full.
@@ -276,12 +281,13 @@ extern PyTypeObject AiorSender_Type;
  *  dispatch for an op whose sink is rx, after the op's pin was released
  *  and its state set DONE).  Clears _armed.  On res > 0 when neither
  *  closing nor paused, with a reader: appends the bytes to the reader's
- *  buffer, re-arms the op when policy allows it (_core set and its ring
- *  attached, res < _rearm_max, the buffer below _buffer_max, op a receive
- *  the core prepares: the chunk pinned again, the SQE prepared and the op
- *  put in the table under a new key, _armed set, _flush called; when the
- *  SQ stays full it is not re-armed and the reader's next wait arms it),
- *  then wakes the reader's waiter if it is not done.  Anything else (EOF,
+ *  buffer and wakes the reader's waiter if it is not done.  The op is
+ *  started again here (first) only when _eager (and the core can: _core
+ *  set and its ring attached, op a receive the core prepares; the chunk
+ *  pinned again, the SQE prepared and the op put in the table under a new
+ *  key, _armed set); otherwise the reader's next wait does it
+ *  (arrival()), after what its task sent meanwhile.  Either way the loop's
+ *  flush is scheduled after the waiter was woken.  Anything else (EOF,
  *  an error, closing, paused, no reader) goes to policy: the subclass's
  *  _received(res).  -1 with an exception set when one escaped (the core
  *  strands the CQEs after it).
