@@ -706,41 +706,53 @@ async def test_a_read_cancelled_after_bytes_arrived_leaves_them_buffered(socks, 
     await _close(writer)
 
 
-# ------------------------------------------- readinto_exactly in the core
-async def test_readinto_exactly_is_a_coroutine_method_like_its_python_one(socks):
-    """StreamReader.readinto_exactly (the core's StreamRead, whose small
-    reads run without a Python frame) looks and behaves as the coroutine
-    method it stands for: name, docstring, signature, keyword calls, a
-    coroutine that asyncio takes, that nothing runs before it is awaited,
-    that cannot be awaited twice and that warns when never awaited; thrown
-    into or closed while it waits, it lets the reader's waiter go and leaves
-    the buffered bytes alone; the buffers it does not take get the Python
-    method's errors."""
+# ------------------------------------------------------- reads in the core
+@pytest.mark.parametrize("name", ["readinto_exactly", "readinto", "read"])
+async def test_reads_in_the_core_are_coroutine_methods_like_their_python_ones(socks, name):
+    """StreamReader.readinto_exactly, readinto and read (the core's
+    StreamRead, whose reads that read ahead run without a Python frame) look
+    and behave as the coroutine methods they stand for: name, docstring,
+    signature, keyword calls, a coroutine that asyncio takes, that runs
+    nothing before it is awaited, that cannot be awaited twice and that warns
+    when never awaited; thrown into or closed while it waits, it lets the
+    reader's waiter and the caller's buffer go and takes nothing; the
+    arguments it does not take get the Python method's results and errors."""
     import inspect
     import warnings
     from aioring._streams import StreamReader
-    public = StreamReader.readinto_exactly
+    public = getattr(StreamReader, name)
     python = public.__wrapped__
     assert (public.__name__, public.__qualname__, public.__doc__, public.__module__) == \
         (python.__name__, python.__qualname__, python.__doc__, python.__module__)
     assert inspect.signature(public) == inspect.signature(python)
     assert asyncio.iscoroutinefunction(public) and asyncio.iscoroutinefunction(python)
+
+    def call(method, size, **kwargs):
+        """A read of `size` bytes (at most, but for readinto_exactly), and its buffer (read: None)."""
+        if name == "read":
+            return method(size, **kwargs), None
+        buf = bytearray(size)
+        return method(buf, **kwargs), buf
+
+    def got(result, buf):
+        return result if buf is None else bytes(buf[:result])
+
     a, b = _tcp_pair(socks)
     reader, writer = await _streams("aioring", a)
     try:
-        for method in (reader.readinto_exactly, functools.partial(python, reader)):
+        for method in (getattr(reader, name), functools.partial(python, reader)):
             b.sendall(b"abcdef")
-            buf = bytearray(3)
-            assert await method(buf=buf) == 3 and buf == b"abc"
-            coro = method(buf)
+            coro, buf = call(method, 3)
+            assert got(await coro, buf) == b"abc"
+            coro, buf = call(method, 3)
             assert asyncio.iscoroutine(coro)
             with pytest.raises(StopIteration) as stop:
-                coro.send(None)
-            assert stop.value.value == 3 and buf == b"def"
+                coro.send(None)  # (buffered: it ends at its first step)
+            assert got(stop.value.value, buf) == b"def"
             with pytest.raises(RuntimeError, match="cannot reuse already awaited coroutine"):
                 coro.send(None)
             for stop_how in ("throw", "close"):
-                coro = method(buf)
+                coro, buf = call(method, 3)
                 waiter = coro.send(None)  # (nothing buffered: it waits)
                 assert isinstance(waiter, asyncio.Future) and reader._waiter is waiter
                 if stop_how == "throw":
@@ -749,35 +761,68 @@ async def test_readinto_exactly_is_a_coroutine_method_like_its_python_one(socks)
                 else:
                     coro.close()
                 assert reader._waiter is None
-            coro = method(buf)
+                if buf is not None:
+                    buf.extend(b"x")  # (let go: resizable again)
+            coro, _ = call(method, 3)
             with pytest.raises(KeyError):
                 coro.throw(KeyError("thrown"))  # (before its first step: nothing runs)
-            method(buf).close()  # (closed unstarted: no warning)
+            call(method, 3)[0].close()  # (closed unstarted: no warning)
+            coro, buf = call(method, 3)
+            task = asyncio.ensure_future(coro)
             b.sendall(b"ghi")
-            view = memoryview(bytearray(5))
-            task = asyncio.ensure_future(method(view[1:4]))
-            assert await task == 3 and view.tobytes() == b"\0ghi\0"
+            assert got(await task, buf) == b"ghi"
+            b.sendall(b"jkl")
+            if name == "read":
+                assert await method(n=2) == b"jk"
+                assert await method(1) == b"l"
+                assert await method(0) == b""
+                continue
+            buf = bytearray(1)
+            assert await method(buf=buf) == 1 and buf == b"j"
+            view = memoryview(bytearray(4))
+            assert await method(view[1:3]) == 2 and view.tobytes() == b"\0kl\0"
             b.sendall(bytes(range(8)))
-            ints = memoryview(bytearray(8)).cast("i")  # (not the small path's: the method's own)
+            ints = memoryview(bytearray(8)).cast("i")  # (not the core's path: the method's own)
             assert await method(ints) == 8 and ints.tobytes() == bytes(range(8))
-        released = memoryview(bytearray(3))
-        released.release()
-        for bad in (b"xyz", memoryview(b"xyz"), released, "xyz"):
+            if name == "readinto":
+                while_waiting = bytearray(4)
+                task = asyncio.ensure_future(method(while_waiting))
+                await asyncio.sleep(0)  # (its first step: it waits, holding the buffer as Python's does)
+                with pytest.raises(BufferError):
+                    while_waiting.extend(b"x")
+                b.sendall(b"mn")
+                assert await task == 2 and while_waiting == b"mn\0\0"
+        if name == "read":
+            bad_args: tuple = ("3", None)
+        else:
+            released = memoryview(bytearray(3))
+            released.release()
+            bad_args = (b"xyz", memoryview(b"xyz"), released, "xyz", None)
+        for bad in bad_args:
             errors = []
-            for method in (reader.readinto_exactly, functools.partial(python, reader)):
+            for method in (getattr(reader, name), functools.partial(python, reader)):
                 with pytest.raises(Exception) as info:
                     await method(bad)
                 errors.append((type(info.value), str(info.value)))
             assert errors[0] == errors[1], bad
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            reader.readinto_exactly(bytearray(1))
-            python(reader, bytearray(1))
+            call(getattr(reader, name), 1)[0]
+            call(functools.partial(python, reader), 1)[0]
             gc.collect()
         assert [str(w.message) for w in caught if w.category is RuntimeWarning] == \
-            ["coroutine 'StreamReader.readinto_exactly' was never awaited"] * 2
-        b.sendall(b"j")
-        assert await reader.read(10) == b"j"  # (nothing of it was taken by the stopped reads)
+            [f"coroutine 'StreamReader.{name}' was never awaited"] * 2
+        b.sendall(b"o")
+        assert await reader.readexactly(1) == b"o"  # (nothing of it was taken by the stopped reads)
+        b.shutdown(socket.SHUT_WR)
+        outcomes = []
+        for method in (getattr(reader, name), functools.partial(python, reader)):
+            coro, buf = call(method, 5)
+            try:
+                outcomes.append(got(await coro, buf))  # (at EOF)
+            except asyncio.IncompleteReadError as exc:
+                outcomes.append((exc.partial, exc.expected))
+        assert outcomes == [(b"", 5)] * 2 if name == "readinto_exactly" else [b""] * 2
     finally:
         await _close(writer)
 
@@ -820,120 +865,6 @@ async def test_readinto_exactly_of_a_large_buffer_is_the_python_methods(socks):
             with pytest.raises(ValueError, match="set"):
                 await method(bytearray(size))
         assert len(reader._buffer) == size  # (nothing taken)
-    finally:
-        await _close(writer)
-
-
-# ------------------------------------------------ read and readinto in the core
-@pytest.mark.parametrize("name", ["readinto", "read"])
-async def test_read_and_readinto_are_coroutine_methods_like_their_python_ones(socks, name):
-    """StreamReader.read and readinto stand for their Python methods as
-    readinto_exactly does (the core's StreamRead, whose reads that read
-    ahead run without a Python frame): name, docstring, signature, keyword
-    calls, a coroutine that asyncio takes, that runs nothing before it is
-    awaited, that cannot be awaited twice and that warns when never awaited;
-    thrown into or closed while it waits, it lets the reader's waiter and
-    the caller's buffer go and takes nothing; the arguments it does not take
-    get the Python method's results and errors."""
-    import inspect
-    import warnings
-    from aioring._streams import StreamReader
-    public = getattr(StreamReader, name)
-    python = public.__wrapped__
-    assert (public.__name__, public.__qualname__, public.__doc__, public.__module__) == \
-        (python.__name__, python.__qualname__, python.__doc__, python.__module__)
-    assert inspect.signature(public) == inspect.signature(python)
-    assert asyncio.iscoroutinefunction(public) and asyncio.iscoroutinefunction(python)
-
-    def call(method, size, **kwargs):
-        """A read of at most `size` bytes, and the buffer it reads into (read: None)."""
-        if name == "read":
-            return method(size, **kwargs), None
-        buf = bytearray(size)
-        return method(buf, **kwargs), buf
-
-    def got(result, buf):
-        return result if buf is None else bytes(buf[:result])
-
-    a, b = _tcp_pair(socks)
-    reader, writer = await _streams("aioring", a)
-    try:
-        for method in (getattr(reader, name), functools.partial(python, reader)):
-            b.sendall(b"abcdef")
-            coro, buf = call(method, 3)
-            assert got(await coro, buf) == b"abc"
-            coro, buf = call(method, 10)
-            assert asyncio.iscoroutine(coro)
-            with pytest.raises(StopIteration) as stop:
-                coro.send(None)  # (buffered: it ends at its first step)
-            assert got(stop.value.value, buf) == b"def"
-            with pytest.raises(RuntimeError, match="cannot reuse already awaited coroutine"):
-                coro.send(None)
-            for stop_how in ("throw", "close"):
-                coro, buf = call(method, 3)
-                waiter = coro.send(None)  # (nothing buffered: it waits)
-                assert isinstance(waiter, asyncio.Future) and reader._waiter is waiter
-                if stop_how == "throw":
-                    with pytest.raises(KeyError):
-                        coro.throw(KeyError("thrown"))
-                else:
-                    coro.close()
-                assert reader._waiter is None
-                if buf is not None:
-                    buf.extend(b"x")  # (let go: resizable again)
-            coro, _ = call(method, 3)
-            with pytest.raises(KeyError):
-                coro.throw(KeyError("thrown"))  # (before its first step: nothing runs)
-            call(method, 3)[0].close()  # (closed unstarted: no warning)
-            coro, buf = call(method, 100)
-            task = asyncio.ensure_future(coro)
-            b.sendall(b"ghi")
-            assert got(await task, buf) == b"ghi"
-            if name == "read":
-                b.sendall(b"jkl")
-                assert await method(n=2) == b"jk"
-                assert await method(1) == b"l"
-                assert await method(0) == b""
-            else:
-                b.sendall(b"jkl")
-                view = memoryview(bytearray(5))
-                assert await method(buf=view[1:4]) == 3 and view.tobytes() == b"\0jkl\0"
-                b.sendall(bytes(range(8)))
-                ints = memoryview(bytearray(8)).cast("i")  # (not the core's path: the method's own)
-                assert await method(ints) == 8 and ints.tobytes() == bytes(range(8))
-                while_waiting = bytearray(4)
-                task = asyncio.ensure_future(method(while_waiting))
-                await asyncio.sleep(0)  # (its first step: it waits, holding the buffer as Python's does)
-                with pytest.raises(BufferError):
-                    while_waiting.extend(b"x")
-                b.sendall(b"mn")
-                assert await task == 2 and while_waiting == b"mn\0\0"
-        if name == "readinto":
-            released = memoryview(bytearray(3))
-            released.release()
-            bad_args: tuple = (b"xyz", memoryview(b"xyz"), released, "xyz", None)
-        else:
-            bad_args = ("3", None)
-        for bad in bad_args:
-            errors = []
-            for method in (getattr(reader, name), functools.partial(python, reader)):
-                with pytest.raises(Exception) as info:
-                    await method(bad)
-                errors.append((type(info.value), str(info.value)))
-            assert errors[0] == errors[1], bad
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            call(getattr(reader, name), 1)[0]
-            call(functools.partial(python, reader), 1)[0]
-            gc.collect()
-        assert [str(w.message) for w in caught if w.category is RuntimeWarning] == \
-            [f"coroutine 'StreamReader.{name}' was never awaited"] * 2
-        b.sendall(b"o")
-        assert await reader.readexactly(1) == b"o"  # (nothing of it was taken by the stopped reads)
-        b.shutdown(socket.SHUT_WR)
-        for method in (getattr(reader, name), functools.partial(python, reader)):
-            coro, buf = call(method, 5)
-            assert got(await coro, buf) == b""  # (at EOF)
     finally:
         await _close(writer)
 
