@@ -162,9 +162,10 @@ arm_in_core(AiorRecv *rx)
     return armed;
 }
 
-/* After a re-arm: the flush that submits its SQE.  Called after the waiter
-   was woken, so that the flush runs after the reader's task (call_soon's
-   order): what the task writes leaves in the same submit. */
+/* After a completion: the flush that submits what the reader's task
+   starts.  Called after the waiter was woken, so that the flush runs after
+   the reader's task (call_soon's order): what the task writes, and the
+   receive its next wait starts, leave in the same submit. */
 static int
 schedule_flush(AiorRecv *rx)
 {
@@ -179,13 +180,13 @@ schedule_flush(AiorRecv *rx)
     return 0;
 }
 
-/* The hot path's share: the bytes appended, the waiter woken, and with
-   `flush` the loop's flush scheduled after the reader's task.  Not
-   re-armed: the reader's next wait starts the receive (arrival), after
-   what its task sends meanwhile, in that flush, so that a request's
-   receive, submitted after its reply left, often finds the next request
-   there already and completes in the submit, with no poll armed and no
-   task work.  -1 with an exception set. */
+/* The hot path's share: the bytes appended, the waiter woken, and for a
+   completion (op, not NULL) the loop's flush scheduled after the reader's
+   task.  Not started again (unless _eager): the reader's next wait starts
+   the receive (arrival), after what its task sends meanwhile, in that
+   flush, so that a request's receive, submitted after its reply left,
+   often finds the next request there already and completes in the submit,
+   with no poll armed and no task work.  -1 with an exception set. */
 static int
 deliver(AiorRecv *rx, AiorOp *op, int res)
 {
