@@ -185,27 +185,9 @@ class StreamReader(asyncio.StreamReader):
     @_in_core
     async def read(self, n: int = -1) -> bytes:
         """As asyncio.StreamReader.read: the same arguments, result and exceptions."""
-        if n <= 0 or self._rx is None or self._tls is not None:
-            return await super().read(n)
-        if self._exception is not None:
-            raise self._exception
-        buffered = self._buffer
-        if not buffered and not self._eof:
-            waiter = self._rx.arrival("read")  # (_wait_for_data's, without its coroutine: the hot path)
-            if waiter is not None:
-                try:
-                    await waiter
-                finally:
-                    self._waiter = None
-        if len(buffered) <= n:
-            data = bytes(buffered)
-            buffered.clear()
-        else:
-            data = bytes(memoryview(buffered)[:n])
-            del buffered[:n]
-        if self._paused:
-            self._maybe_resume_transport()  # type: ignore[attr-defined]
-        return data
+        # (The core's StreamRead takes every read that reads ahead; what it
+        # leaves here is asyncio's, whose wait is _wait_for_data's below.)
+        return await super().read(n)
 
     async def _turn(self) -> None:
         """Let the loop run once, as a reader that waits (others get RuntimeError)."""
