@@ -343,9 +343,10 @@ def _cache_first(kind: int, rest: Callable[..., Any], *cold: Callable[..., Any])
     in its first step, without a coroutine frame, and returns a hit there
     (when a yield to the loop is due, after _served_at_yield's yield);
     otherwise it goes on in rest's coroutine with the try's answer, as the
-    decorated function does; for TRY_READ, `cold` (_cold_op, _cold_raised)
-    starts the ring's read of the try's Ellipsis and the call awaits its
-    future without a coroutine (see _cold_op).  Calls with keywords or a wrong count of
+    decorated function does; `cold` (_cold_op, _cold_raised for TRY_READ,
+    _direct_op, _direct_raised for TRY_READINTO) starts the ring's read of
+    the try's Ellipsis, or of an O_DIRECT fd's readinto, and the call awaits
+    its future without a coroutine (see _cold_op).  Calls with keywords or a wrong count of
     arguments are the function's own (its binding, its errors).  Name,
     docstring and signature are the function's (functools.update_wrapper),
     and asyncio.iscoroutinefunction() says True for it, as for the function."""
@@ -844,7 +845,50 @@ async def _readinto_rest(fd: int, buffer: Any, offset: int, got: int) -> int:
         raise
 
 
-@_cache_first(TRY_READINTO, _readinto_rest)
+def _direct_op(fd: int, buffer: Any, offset: int) -> int | tuple[RingBase, Op, Any, asyncio.Future[int]]:
+    """readinto() of an fd known as O_DIRECT, at an offset, which is never
+    tried from the page cache (the core's CacheFirst call, src/fileops.h):
+    the ring's read into `buffer` started.  The count when it completed at
+    once; else (ring, op, buffer, future), the future's result the count.
+    As _readinto_rest's read of such an fd, with its checks of the buffer."""
+    n = writable_size(buffer)
+    loop = _get_running_loop()
+    ring = ring_of(loop)
+    args: tuple[int, ...] = (OP_READ, fd, 0, min(n, MAX_RW), offset, 0)
+    if DIRECT_HANDOFF and _cold_reads[0]:
+        args += (IOSQE_ASYNC,)
+    op = ring.start(loop, None, args, buffer, None, _POLLIN, writable=True)
+    fut = op.future
+    if fut is None:
+        try:
+            return ready(op)
+        except OSError as exc:
+            if exc.errno == errno.EINVAL and (error := direct_error(fd, buffer, offset)) is not None:
+                raise error from None
+            raise
+    _hurried(ring, op)
+    return ring, op, buffer, fut
+
+
+async def _direct_raised(ring: RingBase, op: Op, fd: int, buffer: Any, offset: int, _: Any,
+                         exc: BaseException) -> int:
+    """The await of _direct_op's future met `exc`, thrown in or the
+    future's: a cancellation waits for the kernel (Ring.settle), EINVAL
+    names the alignment O_DIRECT needs (direct_error), anything else is
+    raised.  The read is counted out at the end."""
+    try:
+        if isinstance(exc, asyncio.CancelledError):
+            return await ring.settle(op, exc)
+        if isinstance(exc, OSError) and exc.errno == errno.EINVAL:
+            error = direct_error(fd, buffer, offset)
+            if error is not None:
+                raise error from None
+        raise exc
+    finally:
+        _cold_reads[0] -= 1
+
+
+@_cache_first(TRY_READINTO, _readinto_rest, _direct_op, _direct_raised)
 async def readinto(fd: int, buffer: Any, offset: int = -1) -> int:
     """Read from `fd` straight into `buffer` (any writable bytes-like object).
 

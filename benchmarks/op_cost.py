@@ -27,6 +27,9 @@ counts are not.  Each workload runs in one process on one event loop:
               read from the disk; see cold_reads.py).  Under callgrind the
               disk answers sooner for the program's slower pace, so more
               completions share a wakeup than in a timed run
+* direct4k    ``aioring.readinto(fd, buf, offset)`` the same, the file opened
+              with O_DIRECT, each task reading into an aligned_buffer of its
+              own
 
 ``--callgrind`` runs each workload twice under ``valgrind --tool=callgrind``,
 with --ops and with 2 x --ops operations, and prints the difference of the two
@@ -61,7 +64,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".data"
 WORKLOADS = ("echo", "tls_echo", "echo64k", "echo_into", "echo_read", "small_files", "pread4k", "preadinto4k",
-             "cold4k")
+             "cold4k", "direct4k")
 FRAME = 1024
 HDR = struct.Struct(">Q")
 
@@ -210,11 +213,8 @@ COLD_SIZE = 256 << 20
 COLD_TASKS = 64
 
 
-async def cold4k(ops: int) -> None:
-    import random
-
-    import aioring
-
+def _cold_file(flags: int = 0) -> int:
+    """The cold workloads' 256 MiB file, opened with `flags`, its pages dropped."""
     path = DATA / "op_cost_cold"
     if not path.exists() or path.stat().st_size != COLD_SIZE:
         DATA.mkdir(exist_ok=True)
@@ -222,19 +222,51 @@ async def cold4k(ops: int) -> None:
             for _ in range(COLD_SIZE >> 20):
                 f.write(os.urandom(1 << 20))
             os.fsync(f.fileno())
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | flags)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    return fd
+
+
+async def _cold_tasks(ops: int, fd: int, read_one: Callable[[int, int], Awaitable[int]]) -> None:
+    """64 tasks calling read_one(task, offset) at random 4 KiB offsets of fd, ops in all."""
+    import random
+
     blocks = COLD_SIZE // 4096
 
-    async def one(seed: int, n: int) -> None:
-        rng = random.Random(seed)
+    async def one(task: int, n: int) -> None:
+        rng = random.Random(ops * COLD_TASKS + task)
         for _ in range(n):
-            if len(await aioring.read(fd, 4096, rng.randrange(blocks) * 4096)) != 4096:
+            if await read_one(task, rng.randrange(blocks) * 4096) != 4096:
                 raise AssertionError("short read")
     try:
-        await asyncio.gather(*(one(ops * COLD_TASKS + i, ops // COLD_TASKS) for i in range(COLD_TASKS)))
+        await asyncio.gather(*(one(i, ops // COLD_TASKS) for i in range(COLD_TASKS)))
     finally:
         os.close(fd)
+
+
+async def cold4k(ops: int) -> None:
+    import aioring
+
+    fd = _cold_file()
+
+    async def read_one(_: int, offset: int) -> int:
+        return len(await aioring.read(fd, 4096, offset))
+    await _cold_tasks(ops, fd, read_one)
+
+
+async def direct4k(ops: int) -> None:
+    import aioring
+
+    fd = _cold_file(os.O_DIRECT)
+    bufs = [aioring.aligned_buffer(4096) for _ in range(COLD_TASKS)]
+
+    async def read_one(task: int, offset: int) -> int:
+        return await aioring.readinto(fd, bufs[task], offset)
+    try:
+        await _cold_tasks(ops, fd, read_one)
+    finally:
+        for buf in bufs:
+            buf.close()
 
 
 async def tls_echo(ops: int) -> None:
@@ -254,7 +286,7 @@ RUNS: dict[str, Callable[[int], Awaitable[None]]] = {"echo": echo, "tls_echo": t
                                                         "echo_into": echo_into, "echo_read": echo_read,
                                                         "small_files": small_files,
                                                         "pread4k": pread4k, "preadinto4k": preadinto4k,
-                                                        "cold4k": cold4k}
+                                                        "cold4k": cold4k, "direct4k": direct4k}
 
 
 def run_once(workload: str, ops: int, loop: str) -> float:

@@ -279,6 +279,28 @@ not_tried(PyObject *const *args)
     return Py_NewRef(Py_Ellipsis);
 }
 
+/* Whether a readinto the try did not take (fd, buffer, offset) is a read of
+   an fd known as O_DIRECT at an offset, nothing owed: policy reads those
+   from the ring without a try, and cold() may start it.  1, 0, or -1 with an
+   exception set. */
+static int
+direct_cold(PyObject *const *args)
+{
+    int overflow;
+
+    if (plain == NULL || !PyLong_CheckExact(args[0]) || !PyLong_CheckExact(args[2]) || PyDict_GET_SIZE(owed))
+        return 0;
+    long long offset = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+    if (overflow || offset < 0)
+        return 0;
+    PyObject *state = PyDict_GetItemWithError(fd_cache, args[0]);  /* (borrowed) */
+    if (state == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyList_CheckExact(state) || PyList_GET_SIZE(state) < 3)
+        return 0;
+    return PyObject_IsTrue(PyList_GET_ITEM(state, 2));
+}
+
 static PyObject *
 try_read(PyObject *const *args, int *yield_due)
 {
@@ -355,7 +377,8 @@ typedef struct {
     PyObject *public_fn;  /* the coroutine function it stands for */
     PyObject *rest;       /* rest(fd, x, offset, tried): the coroutine after a try not served */
     PyObject *served;     /* served(result): the coroutine after a hit when a yield was due */
-    PyObject *cold;       /* TRY_READ: cold(fd, size, offset) starts the ring's read of an Ellipsis */
+    PyObject *cold;       /* cold(fd, x, offset) starts the ring's read of an Ellipsis (TRY_READ) or of
+                             an O_DIRECT fd's readinto (TRY_READINTO) */
     PyObject *raised;     /* raised(ring, op, fd, size, offset, out, exc): the coroutine after it raised */
     PyObject *dict;       /* its attributes (__doc__, __wrapped__, ...: functools.update_wrapper) */
 } CacheFirst;
@@ -410,7 +433,7 @@ static PyObject *
 cache_first_cold_call(PyObject *callable, PyObject *const *args, Py_ssize_t nargs)
 {
     CacheFirst *self = (CacheFirst *)callable;
-    if (self->cold == NULL || nargs != 3) {
+    if (self->cold == NULL || self->kind != TRY_READ || nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "cold_call(fd, size, offset) is a TRY_READ CacheFirst's with cold");
         return NULL;
     }
@@ -437,9 +460,9 @@ cache_first_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     if ((kind != TRY_READINTO && kind != TRY_READ) || !PyCallable_Check(public_fn) || !PyCallable_Check(rest) ||
         !PyCallable_Check(served) || (cold == NULL) != (raised == NULL) ||
-        (cold != NULL && (kind != TRY_READ || !PyCallable_Check(cold) || !PyCallable_Check(raised)))) {
+        (cold != NULL && (!PyCallable_Check(cold) || !PyCallable_Check(raised)))) {
         PyErr_SetString(PyExc_ValueError, "CacheFirst(kind, public, rest, served[, cold, raised]) needs a known "
-                                          "kind and callables (cold and raised: TRY_READ's, both or neither)");
+                                          "kind and callables (cold and raised: both or neither)");
         return NULL;
     }
     CacheFirst *self = (CacheFirst *)type->tp_alloc(type, 0);
@@ -537,8 +560,10 @@ cold_abandon(PyObject *started)
     Py_XDECREF(r);
 }
 
-/* The try answered Ellipsis: cold() starts the ring's read.  Its bytes when
-   it completed at once; else the call waits on the op's future (COLD). */
+/* The try answered Ellipsis (or, for readinto, left an O_DIRECT fd's read
+   to the ring): cold() starts the ring's read.  Its result (bytes, or
+   readinto's count) when it completed at once; else the call waits on the
+   op's future (COLD). */
 static PySendResult
 cold_start(CacheFirstCall *self, PyObject **result)
 {
@@ -551,8 +576,8 @@ cold_start(CacheFirstCall *self, PyObject **result)
     }
     PyObject *fut = PyTuple_GET_SIZE(started) == 4 ? PyTuple_GET_ITEM(started, 3) : NULL;
     unaryfunc await = fut != NULL && Py_TYPE(fut)->tp_as_async != NULL ? Py_TYPE(fut)->tp_as_async->am_await : NULL;
-    if (await == NULL || !PyBytes_CheckExact(PyTuple_GET_ITEM(started, 2))) {
-        PyErr_SetString(PyExc_TypeError, "cold() answers bytes or (ring, op, out bytes, future)");
+    if (await == NULL || (self->owner->kind == TRY_READ && !PyBytes_CheckExact(PyTuple_GET_ITEM(started, 2)))) {
+        PyErr_SetString(PyExc_TypeError, "cold() answers its result or (ring, op, out, future), out bytes for read");
         if (fut != NULL)
             cold_abandon(started);
         Py_DECREF(started);
@@ -572,7 +597,7 @@ cold_start(CacheFirstCall *self, PyObject **result)
 
 /* The end of the wait on a cold read's future (status PYGEN_RETURN: *result
    the count read; PYGEN_ERROR: an exception set, from the future or thrown
-   in): the bytes read, or raised()'s coroutine, which handles the exception
+   in): the bytes read (readinto: the count), or raised()'s coroutine, which handles the exception
    as a coroutine's await of the future would (Ring.settle for a
    cancellation; the O_DIRECT fallback; else raises it) and counts the read
    out when it ends. */
@@ -586,9 +611,14 @@ cold_end(CacheFirstCall *self, PySendResult status, PyObject **result)
     if (status == PYGEN_RETURN) {
         cold_count_add(-1);
         PyObject *out = PyTuple_GET_ITEM(started, 2);
+        int into = self->owner->kind == TRY_READINTO;
         Py_ssize_t n = PyLong_AsSsize_t(*result);
+        if (into && n >= 0) {
+            Py_DECREF(started);
+            return PYGEN_RETURN;
+        }
         Py_CLEAR(*result);
-        if (n < 0 || n > PyBytes_GET_SIZE(out)) {
+        if (n < 0 || into || n > PyBytes_GET_SIZE(out)) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_SystemError, "a cold read's future answered a count out of range");
             Py_DECREF(started);
@@ -665,6 +695,14 @@ call_start(CacheFirstCall *self, PyObject **result)
     if (tried == Py_Ellipsis && self->owner->cold != NULL) {
         Py_DECREF(tried);
         return cold_start(self, result);
+    }
+    if (kind == TRY_READINTO && self->owner->cold != NULL && PyLong_CheckExact(tried) &&
+        PyLong_AsLong(tried) == -1) {
+        int direct = direct_cold(self->args);
+        if (direct != 0) {
+            Py_DECREF(tried);
+            return direct < 0 ? PYGEN_ERROR : cold_start(self, result);
+        }
     }
     if (kind == TRY_READINTO ? PyLong_AsLong(tried) >= 0 : PyBytes_CheckExact(tried)) {
         if (!yield_due) {

@@ -62,12 +62,14 @@
  *  at once, or, when a yield is due (then not counted in unyielded[0]),
  *  served(result)'s to count and yield; any other answer goes to rest(fd,
  *  x, offset, answer).  It delegates send, throw and close to the Python
- *  coroutine it goes on in.  With cold (TRY_READ only), an Ellipsis goes to
- *  cold(fd, size, offset) instead, which starts the ring's read: its bytes
- *  (completed at once) are the result, or it answers (ring, op, out,
- *  future) and the call waits on the future itself, counted in
- *  cold_reads[0] meanwhile; the future's count n gives out (or its first n
- *  bytes).  An exception the future raises or that is thrown in goes to
+ *  coroutine it goes on in.  With cold, a TRY_READ's Ellipsis goes to
+ *  cold(fd, size, offset) instead, and so does a TRY_READINTO's -1 (not
+ *  tried) for an int fd whose fd_cache state is O_DIRECT, at an int offset
+ *  of 0 or more, nothing owed (cold(fd, buffer, offset)): cold starts the
+ *  ring's read, and its result (completed at once: bytes, or readinto's
+ *  count) is the call's, or it answers (ring, op, out, future) and the call
+ *  waits on the future itself, counted in cold_reads[0] meanwhile; the
+ *  future's count n gives out (or its first n bytes; readinto: n itself).  An exception the future raises or that is thrown in goes to
  *  raised(ring, op, fd, size, offset, out, exc), the coroutine it goes on
  *  in (which counts the read out); closed or finalized while it waits, it
  *  calls ring.abandon(op) and counts the read out.  cold_call(fd, size,

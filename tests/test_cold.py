@@ -14,6 +14,7 @@ import itertools
 import mmap
 import os
 import pathlib
+from typing import Any
 
 import pytest
 
@@ -280,41 +281,55 @@ async def test_fd_reused_by_direct_while_reads_back_off(cold_file):
 
 @pytest.mark.parametrize("how", ["cancelled", "closed", "dropped"])
 @pytest.mark.parametrize("call", ["core", "python"])
-async def test_a_read_straight_to_the_ring_cancelled_closed_or_dropped(cold_file, how, call):
-    """Reads the core sends straight to the ring (their fd's tries missed,
-    other reads of uncached pages in flight; the core's call of read(), or
-    the Python function's), stopped while the disk reads: cancelled, each
-    ends with CancelledError or, when the kernel's read won the race, with
-    what os.pread returns; closed or dropped unfinished, the ring keeps the
+@pytest.mark.parametrize("kind", ["read", "readinto_direct"])
+async def test_a_read_straight_to_the_ring_cancelled_closed_or_dropped(cold_file, how, call, kind):
+    """Reads the core sends straight to the ring, stopped while the disk
+    reads: read() of an fd whose tries missed while other reads of uncached
+    pages are in flight, and readinto() of an O_DIRECT fd (never tried); the
+    core's call of each, or the Python function's.  Cancelled, each ends
+    with CancelledError or, when the kernel's read won the race, with what
+    os.pread returns; closed or dropped unfinished, the ring keeps the
     buffer until its read completes.  The count of such reads in flight
     comes back each time."""
     path, content = cold_file
-    read = aioring.read if call == "core" else aioring.read.__wrapped__
+    public = aioring.read if kind == "read" else aioring.readinto
+    func = public if call == "core" else public.__wrapped__
     offsets = [(i * 7919) % (SIZE // 4096 - 1) * 4096 for i in range(8)]
-    fd = os.open(path, os.O_RDONLY)
+    buffers = [aioring.aligned_buffer(4096) for _ in offsets]
+
+    def read(off: int, buf: Any) -> Any:
+        return func(fd, 4096, off) if kind == "read" else func(fd, buf, off)
+
+    def returned(result: Any, off: int, buf: Any) -> bool:
+        if kind == "read":
+            return result == content[off:off + 4096]
+        return result == 4096 and bytes(buf) == content[off:off + 4096]
+
+    fd = os.open(path, os.O_RDONLY) if kind == "read" else open_direct(path)
     _ops._flags_looked_up(fd)  # (not what an earlier file at this fd number was)
-    for _ in range(3):
-        _ops.cache_missed(fd)
+    if kind == "read":
+        for _ in range(3):
+            _ops.cache_missed(fd)
     _ops._cold_reads[0] += 1  # (as if another read waited for the disk)
     try:
         drop(path)
         if how == "cancelled":
-            tasks = [asyncio.ensure_future(read(fd, 4096, off)) for off in offsets]
+            tasks = [asyncio.ensure_future(read(off, buf)) for off, buf in zip(offsets, buffers, strict=True)]
             await asyncio.sleep(0)  # (each task's first step: its read started, or done at once)
             assert _ops._cold_reads[0] == 1 + sum(not task.done() for task in tasks)
             for task in tasks:
                 task.cancel()
             got = await asyncio.gather(*tasks, return_exceptions=True)
-            for result, off in zip(got, offsets, strict=True):
-                assert isinstance(result, asyncio.CancelledError) or result == content[off:off + 4096]
+            for result, off, buf in zip(got, offsets, buffers, strict=True):
+                assert isinstance(result, asyncio.CancelledError) or returned(result, off, buf)
         else:
             futures = []
-            for off in offsets:
-                coro = read(fd, 4096, off)
+            for off, buf in zip(offsets, buffers, strict=True):
+                coro = read(off, buf)
                 try:
                     fut = coro.send(None)  # (its read started: it waits on the op's future)
                 except StopIteration as done:  # (read at once: its pages came in by readahead)
-                    assert done.value == content[off:off + 4096]
+                    assert returned(done.value, off, buf)
                     continue
                 assert isinstance(fut, asyncio.Future) and not fut.done()
                 futures.append(fut)
@@ -329,6 +344,8 @@ async def test_a_read_straight_to_the_ring_cancelled_closed_or_dropped(cold_file
     finally:
         _ops._cold_reads[0] -= 1
         os.close(fd)
+        for buf in buffers:
+            buf.close()  # (BufferError if the ring still held one)
 
 
 @pytest.mark.parametrize("call", ["readinto", "read"])
