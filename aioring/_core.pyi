@@ -44,6 +44,7 @@ class Core:
     sq_tagged: int
     flush_handle: Any  # the flush's handle (a FlushHandle, or call_soon's), or None
     eager_task: Any  # the task of the iteration's eager run, or None
+    task_of: Any  # task_of(loop): the loop's running task (asyncio.current_task), or None
     solo: bool
     closed: bool
     deferred: list[Callable[[], None]]

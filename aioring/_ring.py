@@ -154,6 +154,7 @@ class Ring(RingBase):
             efd = self._efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
             mem.register_eventfd(efd)
             self._init_table(loop, self.cq_entries, mem)
+            self._core.task_of = _task_of  # (whose start is the eager run's: see restart)
             self._set_lacking(SYNC_OPCODES - self._supported)
             self._emulated: dict[int, int] = {}  # key -> worker request, of requests made by _emulate
             loop.add_reader(efd, self._on_wakeup)

@@ -135,16 +135,19 @@ rearm(AiorRecv *rx, AiorCore *core, AiorOp *op)
 }
 
 /* rearm() in restart()'s common case (the flush that submits it scheduled
-   already, no eager run going; see launch in core.h): 1 when op was
-   started again, 0 when policy has to (nothing changed), -1 with an
-   exception set. */
+   already, and not a start of the eager run's task; see launch in
+   core.h): 1 when op was started again, 0 when policy has to (nothing
+   changed), -1 with an exception set. */
 static int
 rearm_common(AiorRecv *rx, AiorOp *op)
 {
     AiorCore *core = core_of(rx);
-    if (core == NULL || core->ring == NULL || !aior_flush_scheduled(core) || core->eager_left ||
+    if (core == NULL || core->ring == NULL || !aior_flush_scheduled(core) ||
         rx->closing || rx->paused || rx->armed || no_reader(rx) || op->state != AIOR_DONE)
         return 0;
+    int eager = aior_eager_run(core, rx->loop);
+    if (eager != 0)
+        return eager < 0 ? -1 : 0;
     return rearm(rx, core, op);
 }
 

@@ -237,8 +237,8 @@ extern PyTypeObject AiorSender_Type;
  *
  * [_rearm(op) -> bool]  Policy's arm() of op, its receive into the chunk
  *  (an op the core prepares, whose CQE is in), in its common case: this
- *  loop iteration's flush scheduled already and no eager run going
- *  (eager_left 0; see launch in core.h).  Then op is started again (the
+ *  loop iteration's flush scheduled already and the call not one of an
+ *  eager run (aior_eager_run; see launch in core.h).  Then op is started again (the
  *  chunk pinned, the SQE prepared, the op in the table under a new key),
  *  _armed set, and True: the flush submits it.  arrival() does the same
  *  before it calls arm().

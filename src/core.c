@@ -235,6 +235,7 @@ core_init(AiorCore *self, PyObject *args, PyObject *kwds)
     aior_set_field(&self->ready, Py_None);
     aior_set_field(&self->stranded, Py_None);
     aior_set_field(&self->eager_task, Py_None);
+    aior_set_field(&self->task_of, Py_None);
     self->solo = 1;
     PyObject *deferred = PyList_New(0);
     if (deferred == NULL)
@@ -266,6 +267,7 @@ core_traverse(AiorCore *self, visitproc visit, void *arg)
     Py_VISIT(self->flush_meth);
     Py_VISIT(self->stranded);
     Py_VISIT(self->eager_task);
+    Py_VISIT(self->task_of);
     return 0;
 }
 
@@ -290,6 +292,7 @@ core_clear(AiorCore *self)
     Py_CLEAR(self->flush_meth);
     Py_CLEAR(self->stranded);
     Py_CLEAR(self->eager_task);
+    Py_CLEAR(self->task_of);
     return 0;
 }
 
@@ -399,6 +402,21 @@ int
 aior_flush_scheduled(AiorCore *core)
 {
     return core->flush_handle != NULL && core->flush_handle != Py_None;
+}
+
+int
+aior_eager_run(AiorCore *core, PyObject *loop)
+{
+    if (!core->eager_left)
+        return 0;
+    if (core->task_of == NULL || core->task_of == Py_None || loop == NULL)
+        return 1;
+    PyObject *task = PyObject_CallOneArg(core->task_of, loop);
+    if (task == NULL)
+        return -1;
+    int same = task == core->eager_task;
+    Py_DECREF(task);
+    return same;
 }
 
 int
@@ -1025,11 +1043,14 @@ core_launch(AiorCore *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if ((writable = PyObject_IsTrue(args[6])) < 0)
         return NULL;
-    if (self->ring == NULL || self->flush_handle == Py_None || self->eager_left ||
+    if (self->ring == NULL || self->flush_handle == Py_None ||
         (prep != Py_None && !self->preps) ||
         waiting == NULL || waiting == Py_None || aior_owed() ||
         PyDict_GET_SIZE(self->ops) - self->unbounded >= self->limit)
         Py_RETURN_NONE;
+    int eager = aior_eager_run(self, loop);
+    if (eager != 0)
+        return eager < 0 ? NULL : Py_NewRef(Py_None);
     Py_ssize_t held = PyObject_Length(waiting);
     if (held != 0)
         return held < 0 ? NULL : Py_NewRef(Py_None);
@@ -1304,6 +1325,7 @@ static PyMemberDef core_members[] = {
     {"preps", T_BOOL, offsetof(AiorCore, preps), 0, NULL},
     {"deferred", T_OBJECT, offsetof(AiorCore, deferred), 0, NULL},
     {"eager_task", T_OBJECT, offsetof(AiorCore, eager_task), 0, NULL},
+    {"task_of", T_OBJECT, offsetof(AiorCore, task_of), 0, NULL},
     {"solo", T_BOOL, offsetof(AiorCore, solo), 0, NULL},
     {"closed", T_BOOL, offsetof(AiorCore, closed), 0, NULL},
     {NULL},

@@ -145,6 +145,8 @@ typedef struct {
     PyObject *flush_meth;  /* the bound core.flush, for call_soon (NULL) */
     PyObject *stranded;    /* policy's stranded CQEs (a list), or None */
     PyObject *eager_task;  /* policy's: the task of the iteration's eager run */
+    PyObject *task_of;     /* policy's: task_of(loop), the loop's running task
+                              (asyncio.current_task), or None */
     char solo;             /* policy's: the last flush had at most one SQE */
     char closed;           /* policy closed the ring: nothing is scheduled */
     Py_ssize_t sq_tagged;  /* SQEs started with tag bits since the SQ was
@@ -214,8 +216,8 @@ extern PyTypeObject AiorCore_Type;
  * [launch(loop, prep, args, keep, finish, poll_mask, writable) -> Op | None]
  *  Policy's start() of an awaited request that is not unbounded, in its
  *  common case: nothing owed (see fileops.h), this loop iteration's flush
- *  scheduled already (flush_handle not None) and no eager run going
- *  (eager_left 0), nothing waiting, fewer than `limit` bounded ops in the
+ *  scheduled already (flush_handle not None) and the call not one of an
+ *  eager run (aior_eager_run 0: none goes on, or another task's), nothing waiting, fewer than `limit` bounded ops in the
  *  table, and room in the SQ.  Then a new Op(None, prep, args, keep,
  *  finish, poll_mask) is started with the AWAITED tag, gets
  *  loop.create_future() as its future and is returned; with prep None it
@@ -319,6 +321,15 @@ int aior_future_done(PyObject *fut);
  *  (1).  0 (nothing done) when it is not, or deferred is not a list: the
  *  caller asks policy.  -1 with an exception set. */
 int aior_flush_scheduled(AiorCore *core);
+
+/* aior_eager_run(core, loop) -> 1 | 0 | -1  Whether a start by the task
+ *  running on loop now is one of the iteration's eager run, which policy
+ *  submits at once (see Ring.restart and _launch): eager_left not 0 and
+ *  task_of(loop) is eager_task (1 also when there is no task_of or loop
+ *  NULL: policy decides).  0 otherwise: another task's start is only
+ *  queued for the flush, as when no eager run goes on.  -1 with an
+ *  exception set. */
+int aior_eager_run(AiorCore *core, PyObject *loop);
 
 /* For the flush (src/flush.c):
  *

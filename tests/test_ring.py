@@ -681,6 +681,34 @@ async def test_a_write_cancelled_before_the_flush_never_reaches_the_file(tmp_pat
         os.close(fd)
 
 
+async def test_only_the_eager_runs_own_task_leaves_its_reads_to_policy(data_file):
+    """While one task's eager run goes on (its first operation of the
+    iteration went to the kernel at once: core.eager_task, eager_left), the
+    core still starts another task's reads itself, queued for the flush as
+    policy's start queues them; the eager task's own it leaves to policy,
+    which submits them at once.  The read returns what os.pread returns."""
+    if aioring.backend() != "io_uring":
+        pytest.skip("the core's launch is the io_uring ring's")
+    fd, content = data_file
+    loop = asyncio.get_running_loop()
+    core = _loops.get_ring(loop)._core
+    other = loop.create_task(asyncio.sleep(0))
+    buf = bytearray(4096)
+    core.schedule_flush(loop)
+    try:
+        core.eager_task, core.eager_left = other, 3
+        op = core.launch(loop, None, (_binding.OP_READ, fd, 0, 4096, 8192, 0), buf, None, 0, True)
+        assert op is not None and op.future is not None  # (queued by the core)
+        core.eager_task = asyncio.current_task()
+        assert core.launch(loop, None, (_binding.OP_READ, fd, 0, 4096, 0, 0), bytearray(4096), None, 0,
+                           True) is None
+        assert core.eager_left == 3  # (policy's to count down)
+    finally:
+        core.eager_left = 0
+    assert await op.future == 4096 and buf == content[8192:12288] == os.pread(fd, 4096, 8192)
+    await other
+
+
 async def test_an_op_its_target_continued_is_never_withdrawn():
     """An op whose target started it again for a later step (op.continued:
     a NewFile's write after its create) holds what the earlier step made:
