@@ -40,7 +40,8 @@ def make_ffi(src: str = "src") -> FFI:
     ffi.cdef(read("binding.cdef"))
     ffi.cdef(read("binding_api.h"))
     ffi.set_source(MODULE_NAME, '#include "binding.h"', sources=[f"{src}/binding.c"],
-                   depends=[f"{src}/{name}" for name in ("binding.h", "binding_api.h", "binding.cdef")],
+                   depends=[f"{src}/{name}"
+                            for name in ("binding.h", "binding_api.h", "binding.cdef", "sqtail.h")],
                    extra_compile_args=COMPILE_ARGS, **args)
     return ffi
 

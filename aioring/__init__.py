@@ -9,7 +9,7 @@ same API with its I/O on the ring.
 from typing import TYPE_CHECKING
 
 from . import threadpool
-from ._backend import backend, statistics
+from ._backend import backend, set_sqpoll, statistics
 from ._ops import aligned_buffer, fsync, read, readinto, write
 from .threadpool import open, stderr, stderr_bytes, stdin, stdin_bytes, stdout, stdout_bytes
 
@@ -27,6 +27,7 @@ __all__ = [
     "open_unix_connection",
     "read",
     "readinto",
+    "set_sqpoll",
     "shutil",
     "sock_accept",
     "sock_connect",

@@ -60,6 +60,7 @@ FEAT_FAST_POLL: int = lib.IORING_FEAT_FAST_POLL
 FEAT_RW_CUR_POS: int = lib.IORING_FEAT_RW_CUR_POS
 FEAT_CQE_SKIP: int = lib.IORING_FEAT_CQE_SKIP
 SETUP_SUBMIT_ALL: int = lib.IORING_SETUP_SUBMIT_ALL
+SETUP_SQPOLL: int = lib.IORING_SETUP_SQPOLL
 SETUP_COOP_TASKRUN: int = lib.IORING_SETUP_COOP_TASKRUN
 SETUP_TASKRUN_FLAG: int = lib.IORING_SETUP_TASKRUN_FLAG
 
@@ -154,12 +155,12 @@ class IoUring:
 
     __slots__ = ("address", "cq_entries", "features", "handle", "setup_flags", "sq_entries")
 
-    def __init__(self, entries: int, flag_sets: Iterable[int] = (0,)) -> None:
+    def __init__(self, entries: int, flag_sets: Iterable[int] = (0,), sq_thread_idle: int = 0) -> None:
         handle = ffi.new("struct io_uring *")
         out = ffi.new("unsigned[3]")
         ret = -errno.EINVAL
         for flags in flag_sets:
-            ret = lib.aior_setup(handle, entries, 0, flags, out, out + 1, out + 2)
+            ret = lib.aior_setup(handle, entries, 0, flags, sq_thread_idle, out, out + 1, out + 2)
             if ret != -errno.EINVAL:
                 break  # EINVAL: a flag this kernel lacks; try the next set
         if ret < 0:

@@ -295,8 +295,9 @@ async def _read_into(fd: int, buf: bytes | bytearray, at: int, n: int, offset: i
         asked = min(n - got, _ops.MAX_RW)
         # The op pins buf until its CQE, also if this coroutine is closed.
         args, cold = _ops.read_request(fd, at + got, asked, offset + got)
-        op = ring.start(loop, None, args, buf, None, 0)
-        k = int(await _ops.result(ring, op, cold))
+        on = _ops.device_ring_of(loop, ring) if cold else ring
+        op = on.start(loop, None, args, buf, None, 0)
+        k = int(await _ops.result(on, op, cold))
         got += k
         if k < asked:
             break

@@ -17,6 +17,11 @@ The policy around the rings, apart from what a ring does:
   ``Ring`` (io_uring), or ``ThreadRing`` (threads) where the kernel refuses
   io_uring or ``AIORING_BACKEND`` says so.
 
+* **The polling ring.**  With ``aioring.set_sqpoll``, a loop's reads that
+  wait for the device go to a second ring of the loop, whose submission
+  queue a kernel thread polls (``device_ring``).  The loop's ring owns it:
+  made at the loop's first such read, closed and abandoned with it.
+
 * **Fork.**  A child clears the registry at fork and abandons the parent's
   rings: each drops its copies of mappings and fds without touching the
   parent's.
@@ -35,7 +40,7 @@ from collections.abc import Callable
 from ._ring import Ring, setup_error
 from ._ringbase import DEFAULT_ENTRIES, RingBase
 
-__all__ = ["chosen_backend", "close_ring", "get_ring"]
+__all__ = ["chosen_backend", "close_ring", "device_ring", "get_ring"]
 
 _lock = threading.RLock()  # (get_ring closes a ring it failed to register under it)
 _rings: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.ref[RingBase]] = \
@@ -132,6 +137,39 @@ def get_ring(loop: asyncio.AbstractEventLoop | None = None, *, entries: int | No
                     raise
     _last = weakref.ref(ring)
     return ring
+
+
+# aioring.set_sqpoll's setting: the milliseconds a polling ring's kernel
+# thread polls without work before it sleeps; None: no polling ring, every
+# read goes to the loop's ring.
+sqpoll_idle_ms: int | None = None
+_sqpoll_refused = False  # (warned once)
+
+
+def device_ring(loop: asyncio.AbstractEventLoop, ring: RingBase) -> RingBase:
+    """With set_sqpoll on, `loop`'s polling ring (`ring`, the loop's ring,
+    makes it at the first call and owns it); `ring` itself where there is
+    none: set_sqpoll off, the threads backend, or a kernel that refused it
+    (a RuntimeWarning says so once)."""
+    polling = ring.polling
+    if polling is not None and not polling._closed:
+        return polling
+    idle = sqpoll_idle_ms
+    if idle is None or not isinstance(ring, Ring) or ring._closed:
+        return ring
+    try:
+        polling = Ring(loop, ring.sq_entries, sq_thread_idle=idle)
+    except OSError as exc:
+        global _sqpoll_refused
+        ring.polling = ring  # (not asked again for this loop)
+        if not _sqpoll_refused:
+            _sqpoll_refused = True
+            warnings.warn(f"aioring: the kernel refused a ring with a polling thread ({exc.strerror}); "
+                          "reads that wait for the device go to the loop's ring", RuntimeWarning,
+                          stacklevel=5)
+        return ring
+    ring.polling = polling
+    return polling
 
 
 def close_ring(loop: asyncio.AbstractEventLoop | None = None) -> None:

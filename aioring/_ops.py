@@ -600,6 +600,17 @@ def ring_of(loop: asyncio.AbstractEventLoop) -> RingBase:
     return ring
 
 
+def device_ring_of(loop: asyncio.AbstractEventLoop, ring: RingBase | None = None) -> RingBase:
+    """The ring of a read that waits for the device (pages thought not
+    cached, an O_DIRECT fd): `ring` (default ring_of(loop)), or with
+    aioring.set_sqpoll the loop's polling ring (_loops.device_ring)."""
+    if ring is None:
+        ring = ring_of(loop)
+    if _loops.sqpoll_idle_ms is None:
+        return ring
+    return _loops.device_ring(loop, ring)
+
+
 # A read tried at once lands in a buffer of the thread's own (one per
 # thread: the try releases the GIL), whose bytes are copied out at once:
 # cheaper than a new zeroed buffer for each read.
@@ -701,6 +712,8 @@ async def _read_tried(fd: int, size: int, offset: int, head: bytes | bytearray |
         else:
             out = new_bytes(size) if size > 1 else bytearray(size)
     args, cold = read_request(fd, got, min(size - got, MAX_RW), offset + got if offset >= 0 else -1)
+    if cold:
+        ring = device_ring_of(loop, ring)
     return await _read_by_ring(loop, ring, fd, out, got, size, offset, args, cold)
 
 
@@ -715,7 +728,7 @@ def _cold_op(fd: int, size: int, offset: int) -> bytes | tuple[RingBase, Op, byt
     counts the read among the cold ones meanwhile (src/fileops.c), also for
     a call of read() that is not its own (_read_rest's _cold_call)."""
     loop = _get_running_loop()
-    ring = ring_of(loop)
+    ring = device_ring_of(loop)
     out = bytes(size)
     args: tuple[int, ...] = (OP_READ, fd, 0, size, offset, 0)
     if COLD_HANDOFF:
@@ -832,6 +845,8 @@ async def _readinto_rest(fd: int, buffer: Any, offset: int, got: int) -> int:
     # (Part of it, or none, was cached: the ring reads the rest, as a
     # blocking read would, so that a short read still means end of file.)
     args, cold = read_request(fd, got, min(n - got, MAX_RW), offset + got if offset >= 0 else -1)
+    if cold:
+        ring = device_ring_of(loop, ring)
     op = ring.start(loop, None, args, buffer, None, _POLLIN, offset == -1, writable=True)
     try:
         if op.future is None:
@@ -853,7 +868,7 @@ def _direct_op(fd: int, buffer: Any, offset: int) -> int | tuple[RingBase, Op, A
     As _readinto_rest's read of such an fd, with its checks of the buffer."""
     n = writable_size(buffer)
     loop = _get_running_loop()
-    ring = ring_of(loop)
+    ring = device_ring_of(loop)
     args: tuple[int, ...] = (OP_READ, fd, 0, min(n, MAX_RW), offset, 0)
     if DIRECT_HANDOFF and _cold_reads[0]:
         args += (IOSQE_ASYNC,)

@@ -43,6 +43,12 @@ the invariants and the kernel behaviour they rely on):
 * **Fork.**  In a child (``_loops`` abandons the parent's rings at fork) a
   ring drops its copies of the mappings and fds without touching the
   parent's ring.
+
+* **A polling ring** (``sq_thread_idle``, see ``_loops.device_ring``): a
+  kernel thread reads the SQ as soon as the flush publishes the tail, and
+  runs the completions' work.  Every rule above holds: the SQEs the flush
+  has not published yet are still withdrawn (src/sqtail.h).  The loop's
+  ring owns it (``polling``) and closes it first.
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ import time
 
 from ._binding import (FEAT_CQE_SKIP, FEAT_NODROP, IOSQE_CQE_SKIP_SUCCESS, IOSQE_IO_LINK, OP_ASYNC_CANCEL,
                        OP_FSYNC, OP_POLL_ADD, OP_READ, OP_RECV, OP_SEND, OP_WRITE, SETUP_COOP_TASKRUN,
-                       SETUP_SUBMIT_ALL, SETUP_TASKRUN_FLAG, SYNC_OPCODES, IoUring, opcode_of)
+                       SETUP_SQPOLL, SETUP_SUBMIT_ALL, SETUP_TASKRUN_FLAG, SYNC_OPCODES, IoUring, opcode_of)
 from ._core import AWAITED, Op
 from ._ringbase import (_CANCEL, _DONE, _SUBMITTED, _WAITING, DEFAULT_ENTRIES, RingBase, _kept_forever,
                         os_error)
@@ -93,6 +99,9 @@ else:  # asyncio.current_task is Python here, and asks for the running loop agai
 # Measured: no change on page-cache reads, +30% on 32 concurrent STATX.
 # SINGLE_ISSUER and DEFER_TASKRUN showed nothing more.
 _SETUP_FLAGS = [SETUP_SUBMIT_ALL | SETUP_COOP_TASKRUN | SETUP_TASKRUN_FLAG, SETUP_SUBMIT_ALL, 0]
+# A ring whose SQ a kernel thread polls (the kernel refuses the task-work
+# flags with it: its thread runs the completions' work).
+_SQPOLL_FLAGS = [SETUP_SQPOLL | SETUP_SUBMIT_ALL, SETUP_SQPOLL]
 
 # The tag (user_data) of an op whose caller awaits its future has this bit
 # set, so that the flush finds such ops among the unsubmitted SQEs in C
@@ -118,10 +127,10 @@ _REQUIRED_OPS = {"READ": OP_READ, "WRITE": OP_WRITE, "FSYNC": OP_FSYNC, "POLL_AD
                  "ASYNC_CANCEL": OP_ASYNC_CANCEL}
 
 
-def _set_up(entries: int, flag_sets: list[int]) -> tuple[IoUring, frozenset[int]]:
+def _set_up(entries: int, flag_sets: list[int], sq_thread_idle: int = 0) -> tuple[IoUring, frozenset[int]]:
     """An io_uring as a Ring needs it, and the opcodes its probe lists;
     OSError when the kernel refuses it or it lacks what a Ring needs."""
-    mem = IoUring(entries, flag_sets)
+    mem = IoUring(entries, flag_sets, sq_thread_idle)
     try:
         if not mem.features & FEAT_NODROP:
             # Cancellations may briefly exceed the CQ; only NODROP (5.5) keeps them.
@@ -139,11 +148,17 @@ def _set_up(entries: int, flag_sets: list[int]) -> tuple[IoUring, frozenset[int]
 class Ring(RingBase):
     """One io_uring bound to one event loop (see the module docstring)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, entries: int = DEFAULT_ENTRIES) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, entries: int = DEFAULT_ENTRIES,
+                 sq_thread_idle: int | None = None) -> None:
+        """`sq_thread_idle`: a polling ring (IORING_SETUP_SQPOLL), whose
+        kernel thread sleeps after that many milliseconds without work."""
         if entries < 1:
             raise ValueError("entries must be at least 1")
         self._closed = True
-        mem, self._supported = _set_up(entries, _SETUP_FLAGS)
+        if sq_thread_idle is None:
+            mem, self._supported = _set_up(entries, _SETUP_FLAGS)
+        else:
+            mem, self._supported = _set_up(entries, _SQPOLL_FLAGS, sq_thread_idle)
         efd = -1
         try:  # (anything, a KeyboardInterrupt too, leaves no fd behind)
             self._mem = mem
@@ -172,6 +187,18 @@ class Ring(RingBase):
     @property
     def fd(self) -> int:
         return self._mem.fd
+
+    def close(self) -> None:
+        polling = self.polling
+        if polling is not None and polling is not self:
+            polling.close()  # (first: it may raise as this one would, from another thread)
+        super().close()
+
+    def _abandon(self) -> None:
+        polling = self.polling
+        if polling is not None and polling is not self:
+            polling._abandon()
+        super()._abandon()
 
     def _set_lacking(self, lacking: frozenset[int]) -> None:
         """Opcodes this kernel lacks are made as plain system calls instead,

@@ -144,6 +144,10 @@ class RingBase(abc.ABC):
     features: int
     sq_entries: int
     cq_entries: int
+    # The loop's polling ring, made and owned by this one (_loops.device_ring):
+    # None until then; this ring itself where there is none.  (A class
+    # attribute until set: see the count of attributes in _init_table.)
+    polling: RingBase | None = None
 
     def _init_table(self, loop: asyncio.AbstractEventLoop, cap: int, ring: IoUring | None = None) -> None:
         """The in-flight table and the core that owns it, and the queues.

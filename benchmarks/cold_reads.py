@@ -23,6 +23,10 @@ device when fio is installed:
                      O_DIRECT, ``buf = aioring.aligned_buffer(4096)`` per task
     aioring.direct.handoff  the same, the reads handed to the kernel's workers
                      while others are in flight (DIRECT_HANDOFF = True)
+    aioring.read.sqpoll, aioring.open.sqpoll, aioring.direct.sqpoll
+                     the same three with ``aioring.set_sqpoll(0.05)``: the reads that
+                     wait for the device on the loop's polling ring, whose kernel
+                     thread submits them and runs their completions' work
     aiofile          ``await afp.read(4096, off)`` on one ``aiofile.AIOFile``
     aiofile.nosqpoll  the same on a caio io_uring context made with ``sqpoll=False``
                      (caio polls its ring with a kernel SQPOLL thread where it may,
@@ -35,6 +39,7 @@ device when fio is installed:
                      that wakes a task per read cannot pass on this loop
     fio, fio.direct  ``fio --ioengine=io_uring --iodepth=T`` buffered and with O_DIRECT
     fio.wq           fio buffered, every read handed to the kernel's workers (``--force_async=1``)
+    fio.sqpoll       fio buffered, its ring polled by a kernel thread (``--sqthread_poll=1``)
 * a sequential read of the whole file in 1 MiB chunks (MB/s):
     aioring.read     ``await aioring.readinto(fd, buf, off)`` in a loop
     aioring.open     ``await f.readinto(buf)`` on ``aioring.open(path, "rb", buffering=0)``
@@ -281,6 +286,19 @@ async def rand_aioring_direct_handoff(path: Path, size: int, tasks: int, seconds
     return await _with_setting("DIRECT_HANDOFF", True, rand_aioring_direct(path, size, tasks, seconds))
 
 
+def _sqpolled(rand: Callable[[Path, int, int, float], Awaitable[float]]
+              ) -> Callable[[Path, int, int, float], Awaitable[float]]:
+    """`rand` with aioring.set_sqpoll(0.05) on meanwhile (each run's loop is new:
+    its polling ring is made at its first read of an uncached page)."""
+    async def run(path: Path, size: int, tasks: int, seconds: float) -> float:
+        before = aioring.set_sqpoll(0.05)
+        try:
+            return await rand(path, size, tasks, seconds)
+        finally:
+            aioring.set_sqpoll(before)
+    return run
+
+
 async def rand_aiofile(path: Path, size: int, tasks: int, seconds: float, context: Any = None) -> float:
     assert aiofile is not None
     end = time.perf_counter() + seconds
@@ -355,13 +373,15 @@ def cpu_seconds() -> float:
 
 # ------------------------------------------------------------------- fio
 def fio(path: Path, size: int, rw: str, bs: int, depth: int, direct: bool, seconds: float,
-        workers: bool = False) -> float:
+        workers: bool = False, sqpoll: bool = False) -> float:
     """fio's io_uring figure for the pattern: IOPS for random reads, MB/s for sequential ones.
     fio drops the file's pages itself before it starts (--invalidate=1).  `workers`: every
-    read handed to the kernel's workers (IOSQE_ASYNC)."""
+    read handed to the kernel's workers (IOSQE_ASYNC); `sqpoll`: its ring polled by a
+    kernel thread."""
     cmd = ["fio", "--name=cold", f"--filename={path}", f"--rw={rw}", f"--bs={bs}", "--ioengine=io_uring",
            f"--iodepth={depth}", f"--direct={int(direct)}", f"--size={size}", "--invalidate=1",
-           "--output-format=json", "--randrepeat=0", f"--force_async={int(workers)}"]
+           "--output-format=json", "--randrepeat=0", f"--force_async={int(workers)}",
+           f"--sqthread_poll={int(sqpoll)}"]
     if rw == "randread":
         cmd += ["--time_based", f"--runtime={max(1, round(seconds))}"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout
@@ -543,6 +563,9 @@ RAND = {"aioring.read": rand_aioring_read, "aioring.read.tryeach": rand_aioring_
         "aioring.read.handoff": rand_aioring_read_handoff,
         "aioring.open": rand_aioring_open,
         "aioring.direct": rand_aioring_direct, "aioring.direct.handoff": rand_aioring_direct_handoff,
+        "aioring.read.sqpoll": _sqpolled(rand_aioring_read),
+        "aioring.open.sqpoll": _sqpolled(rand_aioring_open),
+        "aioring.direct.sqpoll": _sqpolled(rand_aioring_direct),
         "aiofile": rand_aiofile, "aiofile.nosqpoll": rand_aiofile_nosqpoll, "aiofiles": rand_aiofiles,
         "threads": rand_threads, "loop.ceiling": rand_loop_ceiling}
 SEQ = {"aioring.read": seq_aioring_read, "aioring.open": seq_aioring_open,
@@ -612,11 +635,12 @@ class Bench:
                 configs.append((("rand", "1", "-", "sync"),
                                 self._cold_big(lambda: rand_sync(big, size, a.seconds))))
             if self.fio:
-                for name, direct, workers in (("fio", False, False), ("fio.direct", True, False),
-                                              ("fio.wq", False, True)):
+                for name, direct, workers, sqpoll in (
+                        ("fio", False, False, False), ("fio.direct", True, False, False),
+                        ("fio.wq", False, True, False), ("fio.sqpoll", False, False, True)):
                     configs.append((("rand", str(t), "-", name),
-                                    lambda t=t, direct=direct, workers=workers: fio(
-                                        big, size, "randread", BLOCK, t, direct, a.seconds, workers)))
+                                    lambda t=t, direct=direct, workers=workers, sqpoll=sqpoll: fio(
+                                        big, size, "randread", BLOCK, t, direct, a.seconds, workers, sqpoll)))
         self.rounds(configs)
 
     def sequential(self) -> None:
@@ -785,6 +809,17 @@ class Bench:
                                f"{ceiling:,.0f}/s = {ceiling / fio_b:.2f}x fio buffered, "
                                f"{ceiling / fio_d:.2f}x fio O_DIRECT: no library that wakes a task "
                                "per read passes it on this loop")
+                aiofile_ = self.med(*r, "aiofile")
+                check(f"[{loop}] random 4 KiB, 64 tasks, with set_sqpoll: aioring.read vs aiofile",
+                      self.med(*r, "aioring.read.sqpoll"), aiofile_, 1.0)
+                check(f"[{loop}] random 4 KiB, 64 tasks, with set_sqpoll: aioring.open vs aiofile",
+                      self.med(*r, "aioring.open.sqpoll"), aiofile_, 1.0)
+                check(f"[{loop}] random 4 KiB, 64 tasks, with set_sqpoll: aioring.direct vs fio O_DIRECT",
+                      self.med(*r, "aioring.direct.sqpoll"), fio_d, 0.8)
+                fio_sq = self.med("rand", "64", "-", "fio.sqpoll")
+                if fio_sq and aiofile_:
+                    out.append(f"NOTE  [{loop}] fio with a polling thread: {fio_sq:,.0f}/s; aiofile "
+                               f"{aiofile_ / fio_sq:.2f}x it")
                 check(f"[{loop}] random 4 KiB, 64 tasks: aioring.read vs the try before every read",
                       self.med(*r, "aioring.read"), self.med(*r, "aioring.read.tryeach"), 1.0)
                 check(f"[{loop}] random 4 KiB, 64 tasks: aioring.read vs reads handed to workers",

@@ -2,18 +2,20 @@
  * returns is declared, once, in binding_api.h (through binding.h); this file
  * is compiled beside the module cffi generates (see _build_cffi.py). */
 #include "binding.h"
+#include "sqtail.h"
 
 /* Set up a ring; returns 0 or -errno.  *features receives the kernel's
    IORING_FEAT_* bits, *sq_entries and *cq_entries the sizes it granted. */
 int aior_setup(struct io_uring *ring, unsigned entries,
-                      unsigned cq_entries, unsigned flags, unsigned *features,
-                      unsigned *sq_entries, unsigned *cq_out)
+                      unsigned cq_entries, unsigned flags, unsigned sq_thread_idle,
+                      unsigned *features, unsigned *sq_entries, unsigned *cq_out)
 {
     struct io_uring_params p;
     int ret;
 
     memset(&p, 0, sizeof(p));
     p.flags = flags;
+    p.sq_thread_idle = sq_thread_idle;
     if (cq_entries) {
         p.flags |= IORING_SETUP_CQSIZE;
         p.cq_entries = cq_entries;
@@ -79,22 +81,18 @@ int aior_prep_rw_sqe(struct io_uring *ring, int op, int fd, void *addr,
     return 0;
 }
 
-/* Take back the SQE tagged `user_data` if the kernel has not read it yet:
-   it is rewritten into a NOP that keeps the tag (its CQE still comes) and
-   the link flags (a chain stays a chain), so that what it described never
-   happens.  Without SQPOLL the kernel reads SQEs only inside our
-   io_uring_enter, so every SQE from the kernel's head to our tail is
-   unread: prepared but not submitted, or left by a submit that stopped
-   short.  1 if it was found there, 0 if the kernel has it already. */
+/* Take back the SQE tagged `user_data` if the kernel has not read it yet
+   (src/sqtail.h says which those are): it is rewritten into a NOP that
+   keeps the tag (its CQE still comes) and the link flags (a chain stays a
+   chain), so that what it described never happens.  1 if it was found
+   there, 0 if the kernel has it already. */
 int aior_withdraw(struct io_uring *ring, uint64_t user_data)
 {
     struct io_uring_sq *sq = &ring->sq;
     unsigned shift = (ring->flags & IORING_SETUP_SQE128) ? 1 : 0;
     unsigned i;
 
-    if (ring->flags & IORING_SETUP_SQPOLL)
-        return 0; /* a kernel thread reads the SQ at any time */
-    for (i = IO_URING_READ_ONCE(*sq->khead); i != sq->sqe_tail; i++) {
+    for (i = aior_sq_unread_head(ring); i != sq->sqe_tail; i++) {
         struct io_uring_sqe *sqe = &sq->sqes[(i & sq->ring_mask) << shift];
         __u8 links;
 

@@ -10,11 +10,13 @@
 
 /* ---- the ring ---------------------------------------------------------- */
 
-/* Set up a ring; 0 or -errno.  *features receives the kernel's
-   IORING_FEAT_* bits, *sq_entries and *cq_out the sizes it granted. */
+/* Set up a ring; 0 or -errno.  sq_thread_idle: the milliseconds an SQPOLL
+   thread polls without work before it sleeps (with IORING_SETUP_SQPOLL in
+   flags).  *features receives the kernel's IORING_FEAT_* bits, *sq_entries
+   and *cq_out the sizes it granted. */
 int aior_setup(struct io_uring *ring, unsigned entries, unsigned cq_entries,
-               unsigned flags, unsigned *features, unsigned *sq_entries,
-               unsigned *cq_out);
+               unsigned flags, unsigned sq_thread_idle, unsigned *features,
+               unsigned *sq_entries, unsigned *cq_out);
 /* supported[op] = 1 for every opcode op < n the kernel knows; returns the
    number of opcodes probed (last_op + 1) or -errno. */
 int aior_probe(struct io_uring *ring, unsigned char *supported, int n);

@@ -9,6 +9,7 @@
 #include "newfile.h"
 #include "flush.h"
 #include "streamread.h"
+#include "sqtail.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -734,7 +735,7 @@ aior_submit(AiorCore *self, int *submitted_out)
        is never stranded. */
     io_uring_cq_eventfd_toggle(ring, false);
     submitted = io_uring_submit(ring);
-    if (io_uring_sq_ready(ring) == 0)
+    if (aior_sq_unsent(ring) == 0)
         self->sq_tagged = 0;
     n = harvest(ring, ud, res, AIOR_BATCH);
     io_uring_cq_eventfd_toggle(ring, true);
@@ -1177,12 +1178,12 @@ aior_withdrawable(AiorCore *self, unsigned long long mask)
 {
     PyObject *found = NULL;
 
-    if (self->ring != NULL && !(self->ring->flags & IORING_SETUP_SQPOLL)) {
+    if (self->ring != NULL) {
         struct io_uring_sq *sq = &self->ring->sq;
         unsigned shift = (self->ring->flags & IORING_SETUP_SQE128) ? 1 : 0;
         unsigned i;
 
-        for (i = IO_URING_READ_ONCE(*sq->khead); i != sq->sqe_tail; i++) {
+        for (i = aior_sq_unread_head(self->ring); i != sq->sqe_tail; i++) {
             unsigned long long tag = sq->sqes[(i & sq->ring_mask) << shift].user_data;
             PyObject *key, *op;
             int done;
@@ -1231,7 +1232,7 @@ core_withdrawable(AiorCore *self, PyObject *arg)
 static PyObject *
 core_sq_pending(AiorCore *self, void *unused)
 {
-    return PyLong_FromUnsignedLong(self->ring == NULL ? 0 : io_uring_sq_ready(self->ring));
+    return PyLong_FromUnsignedLong(self->ring == NULL ? 0 : aior_sq_unsent(self->ring));
 }
 
 static PyObject *

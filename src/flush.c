@@ -1,6 +1,7 @@
 /* aioring._core's flush: one submit per loop iteration, in C (see flush.h). */
 #define PY_SSIZE_T_CLEAN
 #include "flush.h"
+#include "sqtail.h"
 
 #include <errno.h>
 #include <liburing.h>
@@ -555,7 +556,7 @@ run_deferred(AiorCore *self)
 static int
 submit_queued(AiorCore *self)
 {
-    unsigned pending = io_uring_sq_ready(self->ring);
+    unsigned pending = aior_sq_unsent(self->ring);
     int submitted;
 
     self->solo = pending <= 1;
@@ -594,7 +595,7 @@ submit_queued(AiorCore *self)
             return -1;
     }
     int waits = uncommon(self);
-    if (waits || (pending && self->ring != NULL && io_uring_sq_ready(self->ring) &&
+    if (waits || (pending && self->ring != NULL && aior_sq_unsent(self->ring) &&
                   self->flush_handle == Py_None))
         /* Room freed for the waiting ops (or a poll requeued one), or the
            kernel stopped short of the batch: they go with the next flush. */

@@ -2,7 +2,9 @@
 
 Pages are dropped with posix_fadvise(POSIX_FADV_DONTNEED), which needs no
 root; the files are on the real disk (disk_dir), whose file system keeps a
-page cache and takes O_DIRECT.
+page cache and takes O_DIRECT.  Every test runs twice: with the reads that
+wait for the device on the loop's ring, and on its polling ring
+(aioring.set_sqpoll; tests/test_sqpoll.py has the setting's own tests).
 """
 
 from __future__ import annotations
@@ -20,10 +22,18 @@ import pytest
 
 import aioring
 import aioring.os
-from aioring import _binding, _ops, statistics
-from aioring._loops import get_ring
+from aioring import _binding, _ops
 
 SIZE = 1024 * 1024 + 4096 * 3 + 100  # (ends off a block)
+
+
+@pytest.fixture(autouse=True, params=["loop-ring", "polling-ring"])
+def device_ring(request):
+    """Where the reads that wait for the device go (see the module docstring)."""
+    if request.param == "polling-ring":
+        aioring.set_sqpoll(0.01)
+    yield request.param
+    aioring.set_sqpoll(None)
 
 
 @pytest.fixture
@@ -37,6 +47,12 @@ def cold_file(disk_dir):
         os.fsync(f.fileno())
     drop(path)
     return path, content
+
+
+def device_statistics():
+    """statistics() of the ring the running loop's reads that wait for the
+    device go to (its polling ring with the device_ring fixture's polling-ring)."""
+    return _ops.device_ring_of(asyncio.get_running_loop()).statistics()
 
 
 def drop(path):
@@ -366,12 +382,13 @@ async def test_device_reads_queued_together_go_before_the_flush(cold_file, call)
     else:
         tasks = [asyncio.ensure_future(aioring.read(fd, 4096, off)) for off in offsets]
     try:
-        before = statistics()["submit_calls"]
+        before = device_statistics()["submit_calls"]
         await asyncio.sleep(0)  # (every task's first step: its read queued; the flush comes after this)
         if aioring.backend() == "io_uring":
             # Without the batch's submit, all but the iteration's first read would wait in the SQ.
-            assert statistics()["submit_calls"] - before >= 2
-            assert get_ring(asyncio.get_running_loop())._core.sq_pending < _ring.DEVICE_BATCH
+            assert device_statistics()["submit_calls"] - before >= 2
+            ring = _ops.device_ring_of(asyncio.get_running_loop())
+            assert ring._core.sq_pending < _ring.DEVICE_BATCH
         got = await asyncio.gather(*tasks)
         for result, buf, off in zip(got, buffers, offsets, strict=True):
             if call == "readinto":
@@ -405,9 +422,9 @@ async def test_an_fd_number_reused_for_an_o_direct_file_is_noticed(cold_file, di
         os.close(direct)
         for i in range(200):
             off = (i % 16) * 4096
-            before = statistics()["completions"]
+            before = device_statistics()["completions"]
             assert await aioring.readinto(fd, buf, off) == 4096 and bytes(buf) == content[off:off + 4096]
-        assert statistics()["completions"] - before == 1  # (the last read: the ring's)
+        assert device_statistics()["completions"] - before == 1  # (the last read: the ring's)
     finally:
         buf.close()
         os.close(fd)
