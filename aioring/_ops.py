@@ -685,7 +685,13 @@ async def _read_tried(fd: int, size: int, offset: int, head: bytes | bytearray |
         if state is None:
             state = _flags_looked_up(fd)
         if state[2]:  # an O_DIRECT fd: never tried at once, and into aligned memory
-            return await _read_aligned(fd, size, offset)
+            # (Its flags looked up again first: the number may be another
+            # file's by now, whose reads would pay for an aligned buffer each
+            # until what is known of fds is forgotten.  This path makes an
+            # mmap a call anyway.)
+            state = _flags_looked_up(fd)
+            if state[2]:
+                return await _read_aligned(fd, size, offset)
         # A small result is tried into the thread's scratch buffer and copied
         # out; a large one is the bytes object the kernel fills (no copy follows).
         if offset >= 0 and not _due(state):

@@ -271,6 +271,28 @@ async def test_fd_reused_after_direct(disk_dir):
         os.close(fd2)
 
 
+async def test_read_of_an_fd_reused_after_direct_is_no_longer_aligned(disk_dir, monkeypatch):
+    """read() of an fd number that was an O_DIRECT file's (known as one) and
+    is now a buffered file's reads it as a buffered file at once, not into
+    an aligned buffer of its own as an O_DIRECT fd's read() must."""
+    path = os.path.join(disk_dir, "direct.bin")
+    with open(path, "wb") as f:
+        f.write(bytes(range(256)) * 32)
+    fd = open_direct(path)
+    try:
+        assert await aioring.read(fd, 4096, 4096) == (bytes(range(256)) * 16)
+        assert _ops._fd_cache[fd][2]  # (known as O_DIRECT)
+        plain = os.open(path, os.O_RDONLY)
+        os.dup2(plain, fd)  # (the same number, a buffered file's now)
+        os.close(plain)
+        aligned = []
+        monkeypatch.setattr(_ops, "aligned_buffer", lambda n: aligned.append(n) or mmap.mmap(-1, n))
+        assert await aioring.read(fd, 10, 1) == bytes(range(1, 11))
+        assert aligned == [] and not _ops._fd_cache[fd][2]
+    finally:
+        os.close(fd)
+
+
 async def test_fd_reused_by_direct_while_reads_back_off(cold_file):
     """An fd number whose tries from the page cache missed (so that its reads
     go to the ring at once while other reads of uncached pages are in
