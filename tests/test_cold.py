@@ -280,6 +280,7 @@ async def test_read_of_an_fd_reused_after_direct_is_no_longer_aligned(disk_dir, 
         f.write(bytes(range(256)) * 32)
     fd = open_direct(path)
     try:
+        _ops._flags_looked_up(fd)  # (not what an earlier file at this fd number was)
         assert await aioring.read(fd, 4096, 4096) == (bytes(range(256)) * 16)
         assert _ops._fd_cache[fd][2]  # (known as O_DIRECT)
         plain = os.open(path, os.O_RDONLY)

@@ -206,10 +206,12 @@ def test_the_polling_ring_closes_with_the_loops_ring(cold_file, sqpoll, new_loop
 
 @pytest.mark.backends("io_uring")
 async def test_a_read_cancelled_before_the_flush_is_taken_back_from_the_polling_ring(cold_file, sqpoll):
-    """A read queued on the polling ring for the iteration's flush, whose
+    """An op queued on the polling ring for the iteration's flush, whose
     task is cancelled before the flush: the flush turns its SQE into a NOP
     before publishing it to the kernel's thread, the task sees
-    CancelledError, and no cancellation goes to the kernel."""
+    CancelledError, and no cancellation goes to the kernel.  (A read of
+    uncached pages is published as soon as it is queued: see
+    test_device_reads_are_published_at_once.)"""
     path, content = cold_file
     loop = asyncio.get_running_loop()
     fd = os.open(path, os.O_RDONLY)
@@ -219,9 +221,15 @@ async def test_a_read_cancelled_before_the_flush_is_taken_back_from_the_polling_
         polling = _loops.get_ring(loop).polling
         await asyncio.sleep(0)  # (its flush done)
         assert polling._core.flush_handle is None
-        far = SIZE - 8192
-        missed(fd)
-        reader = asyncio.ensure_future(aioring.read(fd, 4096, far))
+        buf = bytearray(4096)
+        queued = []
+
+        async def read():
+            op = polling.start(loop, None, (_binding.OP_READ, fd, 0, 4096, 8192, 0), buf, None, 0)
+            queued.append(polling._core.sq_pending)
+            return await _ops.result(polling, op)
+
+        reader = asyncio.ensure_future(read())
         loop.call_soon(reader.cancel)  # after the reader's first step
         polling._schedule_flush(loop)  # and the flush after both
         before = polling.statistics()
@@ -230,12 +238,37 @@ async def test_a_read_cancelled_before_the_flush_is_taken_back_from_the_polling_
         after = polling.statistics()
         assert after["withdrawn"] == before["withdrawn"] + 1
         assert after["cancels"] == before["cancels"]  # (never the kernel's: nothing to cancel)
-        assert polling._core.sq_pending == 0  # (its NOP's completion may come later: the thread's)
+        assert queued == [1] and polling._core.sq_pending == 0
+        assert buf == bytes(4096)
         drop(path)
         missed(fd)
-        assert await aioring.read(fd, 4096, far) == content[far:far + 4096]
+        assert await aioring.read(fd, 4096, 8192) == content[8192:12288]
         assert polling.statistics()["completions"] > after["completions"]
-        assert polling.statistics()["in_flight"] == 0
+        assert polling.statistics()["in_flight"] == 0  # (the NOP's completion came first)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.backends("io_uring")
+async def test_device_reads_are_published_at_once(cold_file, sqpoll):
+    """On the polling ring each read of uncached pages is published to the
+    kernel's thread as soon as it is queued, not at the iteration's flush;
+    each returns what os.pread returns."""
+    path, content = cold_file
+    loop = asyncio.get_running_loop()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        missed(fd)
+        assert await aioring.read(fd, 4096, 0) == content[:4096]  # (the polling ring made)
+        polling = _loops.get_ring(loop).polling
+        drop(path)
+        missed(fd)
+        offsets = [(i * 7919 * 4096) % (SIZE - 4096) for i in range(8)]
+        tasks = [asyncio.ensure_future(aioring.read(fd, 4096, off)) for off in offsets]
+        before = polling.statistics()["submit_calls"]
+        await asyncio.sleep(0)  # (every task's first step: its read queued; the flush comes after)
+        assert polling.statistics()["submit_calls"] - before >= len(offsets) - 1
+        assert await asyncio.gather(*tasks) == [content[off:off + 4096] for off in offsets]
     finally:
         os.close(fd)
 
