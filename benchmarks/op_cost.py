@@ -30,6 +30,9 @@ counts are not.  Each workload runs in one process on one event loop:
 * direct4k    ``aioring.readinto(fd, buf, offset)`` the same, the file opened
               with O_DIRECT, each task reading into an aligned_buffer of its
               own
+* open4k      ``await f.seek(offset); await f.read(4096)`` the same, each task
+              on a file of its own opened with ``aioring.open(path, "rb",
+              buffering=0)`` (the aiofiles API)
 
 ``--callgrind`` runs each workload twice under ``valgrind --tool=callgrind``,
 with --ops and with 2 x --ops operations, and prints the difference of the two
@@ -64,7 +67,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".data"
 WORKLOADS = ("echo", "tls_echo", "echo64k", "echo_into", "echo_read", "small_files", "pread4k", "preadinto4k",
-             "cold4k", "direct4k")
+             "cold4k", "direct4k", "open4k")
 FRAME = 1024
 HDR = struct.Struct(">Q")
 
@@ -269,6 +272,23 @@ async def direct4k(ops: int) -> None:
             buf.close()
 
 
+async def open4k(ops: int) -> None:
+    import aioring
+
+    fd = _cold_file()
+    files = [await aioring.open(DATA / "op_cost_cold", "rb", buffering=0) for _ in range(COLD_TASKS)]
+
+    async def read_one(task: int, offset: int) -> int:
+        f = files[task]
+        await f.seek(offset)
+        return len(await f.read(4096))
+    try:
+        await _cold_tasks(ops, fd, read_one)
+    finally:
+        for f in files:
+            await f.close()
+
+
 async def tls_echo(ops: int) -> None:
     import ssl
 
@@ -286,7 +306,8 @@ RUNS: dict[str, Callable[[int], Awaitable[None]]] = {"echo": echo, "tls_echo": t
                                                         "echo_into": echo_into, "echo_read": echo_read,
                                                         "small_files": small_files,
                                                         "pread4k": pread4k, "preadinto4k": preadinto4k,
-                                                        "cold4k": cold4k, "direct4k": direct4k}
+                                                        "cold4k": cold4k, "direct4k": direct4k,
+                                                        "open4k": open4k}
 
 
 def run_once(workload: str, ops: int, loop: str) -> float:

@@ -327,14 +327,12 @@ class AsyncFileIO(_BinaryBase):
         # A small read with no other call in progress: aioring.read's at the
         # file's position (its page-cache try in the core, its ring read),
         # the file taken meanwhile, as _direct takes it.
+        # (No end_call: with no shared offset it has nothing to do.)
         raw.busy = True
         try:
             raw.begin_call()
-            try:
-                data: bytes = await _ops.read(raw.fileno(), size, raw.pos)
-                raw.pos += len(data)
-            finally:
-                raw.end_call()
+            data: bytes = await _ops.read(raw.fileno(), size, raw.pos)
+            raw.pos += len(data)
         finally:
             raw.release()
         return data
