@@ -49,7 +49,9 @@ def set_sqpoll(idle: float | None = 0.05) -> float | None:
     up to a millisecond) without a submission, and wakes at the next.  The
     ring closes with the loop's ring.  Where the kernel refuses a polling
     ring, a RuntimeWarning says so once and the reads stay on the loop's
-    ring; the threads backend has none.
+    ring; the threads backend has none.  The polling thread is one of the
+    process's threads (Python 3.12+ warns at ``os.fork()`` of a process
+    with more than one); a forked child makes polling rings of its own.
 
     Raises TypeError unless `idle` is a real number or None, ValueError
     unless it is positive and finite (at most 2**32 - 1 milliseconds).
