@@ -180,3 +180,21 @@ def socks():
     yield keep
     for s in made:
         s.close()
+
+
+@pytest.fixture
+def forked() -> Callable[[Callable[[], Any]], int]:
+    """forked(child) -> the exit code of a forked child that runs
+    asyncio.run(child()) on a loop of its own: 0 when that returns True, 3
+    when it returns anything else, 1 when it raises."""
+    def run(child: Callable[[], Any]) -> int:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the test
+            status = 1
+            try:
+                status = 0 if asyncio.run(child()) is True else 3
+            finally:
+                os._exit(status)
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status)
+    return run

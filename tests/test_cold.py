@@ -38,6 +38,10 @@ def device_ring(request):
 
 @pytest.fixture
 def cold_file(disk_dir):
+    return written_cold(disk_dir)
+
+
+def written_cold(disk_dir):
     """A file of random bytes, synced, its pages dropped; (path, content)."""
     path = os.path.join(disk_dir, "cold.bin")
     content = os.urandom(SIZE)

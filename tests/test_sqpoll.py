@@ -1,9 +1,10 @@
 """aioring.set_sqpoll: reads that wait for the device on a polling ring.
 
-tests/test_cold.py runs each of its tests with the setting on as well; here
-are the setting itself, where the reads go, the polling ring's life with its
-loop's ring (close, fork, a kernel that refuses it), and its SQEs taken back
-before its kernel thread can read them.
+tests/test_cold.py runs each of its tests with the setting on as well
+(this module takes its cold file from there); here are the setting itself,
+where the reads go, the polling ring's life with its loop's ring (close,
+fork, a kernel that refuses it) and when its reads are published.
+(tests/test_ring.py: its SQEs taken back before its thread can read them.)
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ import pytest
 import aioring
 from aioring import _binding, _loops, _ops
 from aioring._ring import Ring
-
-SIZE = 256 * 1024
+from test_cold import SIZE, drop, written_cold
 
 
 @pytest.fixture
@@ -34,21 +34,7 @@ def sqpoll():
 
 @pytest.fixture
 def cold_file(disk_dir):
-    """(path, content): random bytes on the disk, synced, their pages dropped."""
-    path = os.path.join(disk_dir, "cold.bin")
-    content = os.urandom(SIZE)
-    with open(path, "wb") as f:
-        f.write(content)
-        f.flush()
-        os.fsync(f.fileno())
-    drop(path)
-    return path, content
-
-
-def drop(path):
-    fd = os.open(path, os.O_RDONLY)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    os.close(fd)
+    return written_cold(disk_dir)
 
 
 def missed(fd):
@@ -205,51 +191,6 @@ def test_the_polling_ring_closes_with_the_loops_ring(cold_file, sqpoll, new_loop
 
 
 @pytest.mark.backends("io_uring")
-async def test_a_read_cancelled_before_the_flush_is_taken_back_from_the_polling_ring(cold_file, sqpoll):
-    """An op queued on the polling ring for the iteration's flush, whose
-    task is cancelled before the flush: the flush turns its SQE into a NOP
-    before publishing it to the kernel's thread, the task sees
-    CancelledError, and no cancellation goes to the kernel.  (A read of
-    uncached pages is published as soon as it is queued: see
-    test_device_reads_are_published_at_once.)"""
-    path, content = cold_file
-    loop = asyncio.get_running_loop()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        missed(fd)
-        assert await aioring.read(fd, 4096, 0) == content[:4096]  # (the polling ring made)
-        polling = _loops.get_ring(loop).polling
-        await asyncio.sleep(0)  # (its flush done)
-        assert polling._core.flush_handle is None
-        buf = bytearray(4096)
-        queued = []
-
-        async def read():
-            op = polling.start(loop, None, (_binding.OP_READ, fd, 0, 4096, 8192, 0), buf, None, 0)
-            queued.append(polling._core.sq_pending)
-            return await _ops.result(polling, op)
-
-        reader = asyncio.ensure_future(read())
-        loop.call_soon(reader.cancel)  # after the reader's first step
-        polling._schedule_flush(loop)  # and the flush after both
-        before = polling.statistics()
-        with pytest.raises(asyncio.CancelledError):
-            await reader
-        after = polling.statistics()
-        assert after["withdrawn"] == before["withdrawn"] + 1
-        assert after["cancels"] == before["cancels"]  # (never the kernel's: nothing to cancel)
-        assert queued == [1] and polling._core.sq_pending == 0
-        assert buf == bytes(4096)
-        drop(path)
-        missed(fd)
-        assert await aioring.read(fd, 4096, 8192) == content[8192:12288]
-        assert polling.statistics()["completions"] > after["completions"]
-        assert polling.statistics()["in_flight"] == 0  # (the NOP's completion came first)
-    finally:
-        os.close(fd)
-
-
-@pytest.mark.backends("io_uring")
 async def test_device_reads_are_published_at_once(cold_file, sqpoll):
     """On the polling ring each read of uncached pages is published to the
     kernel's thread as soon as it is queued, not at the iteration's flush;
@@ -302,8 +243,11 @@ async def test_a_kernel_that_refuses_the_polling_ring(cold_file, sqpoll, monkeyp
         os.close(fd)
 
 
+# (3.12+: the polling ring's kernel thread is one of the process's threads,
+# so fork() warns of a multi-threaded process)
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 @pytest.mark.backends("io_uring")
-async def test_a_forked_child_leaves_the_parents_polling_ring(cold_file, sqpoll):
+async def test_a_forked_child_leaves_the_parents_polling_ring(cold_file, sqpoll, forked):
     """A child forked while the parent's polling ring exists drops its copy
     of it without touching the parent's, and makes its own; the parent's
     reads go on."""
@@ -314,26 +258,15 @@ async def test_a_forked_child_leaves_the_parents_polling_ring(cold_file, sqpoll)
         assert await aioring.read(fd, 4096, 0) == content[:4096]
         parent = _loops.get_ring()
         polling = parent.polling
-        with warnings.catch_warnings():
-            # (3.12+: the polling ring's kernel thread is one of the process's
-            # threads, so fork() warns of a multi-threaded process)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-        if pid == 0:  # child
-            status = 1
-            try:
-                async def child():
-                    ring = _loops.get_ring()
-                    missed(fd)
-                    drop(path)
-                    ok = await aioring.read(fd, 4096, 16384) == content[16384:20480]
-                    return ok and polling.closed and ring.polling not in (None, ring, polling)
 
-                status = 0 if asyncio.run(child()) else 3
-            finally:
-                os._exit(status)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+        async def child():
+            ring = _loops.get_ring()
+            missed(fd)
+            drop(path)
+            ok = await aioring.read(fd, 4096, 16384) == content[16384:20480]
+            return ok and polling.closed and ring.polling not in (None, ring, polling)
+
+        assert forked(child) == 0
         assert not polling.closed and parent.polling is polling
         drop(path)
         assert await aioring.read(fd, 4096, 32768) == content[32768:36864]
