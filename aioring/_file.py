@@ -77,8 +77,13 @@ class RingFileIO(RawFile):
     * ``shared_offset``, ``newline``, ``bufsize``: what the opener set.
     """
 
-    busy = False
-    _waiters: collections.deque[asyncio.Future[None]] = ()  # type: ignore[assignment]  # calls waiting to take the file
+    __slots__ = ("_waiters", "busy")  # (read and set at every call: see RawFile's slots)
+
+    def __init__(self, fd: int, rawmode: str, name: Any, closefd: bool, st: os.stat_result) -> None:
+        super().__init__(fd, rawmode, name, closefd, st)
+        self.busy = False
+        self._waiters: collections.deque[asyncio.Future[None]] = ()  # type: ignore[assignment]  # calls waiting to take the file
+
     newline: str | None = None  # the text layer's newline argument, for line prefetch
     _read_end = -1  # where the last large read ended (see _large_read)
     _advised = _unadvised = False  # POSIX_FADV_SEQUENTIAL given, and taken back

@@ -79,21 +79,20 @@ class RawFile(io.FileIO):
     reports what the caller asked for.
     """
 
-    # What every file sets as it starts (slots: a file is opened for every
-    # few reads, and a slot is set and read faster than the instance dict).
-    __slots__ = ("_close_now", "_counted", "_fd", "_gen", "_key", "_owns_fd", "_wbuf", "appending", "name",
-                 "pos", "queue", "size")
-
-    # What most files keep as it starts; an instance sets its own when it changes.
-    _wstart = 0  # the window (_wbuf) holds bytes [_wstart, _wstart + len) of the file
-    _weof = False  # the window ends at end of file (checked in this call)
-    defer = False
-    _stamp: tuple[int, int, int] | None = None
-    _fresh = False
-    shared_offset = False  # opened from an fd: keep the fd's offset in step
+    # What every file sets as it starts.  Slots: a file is opened for every
+    # few reads, and a slot is read and set faster than FileIO's instance
+    # dict, which CPython's specializing interpreter does not specialize.
+    __slots__ = ("_close_now", "_counted", "_fd", "_fresh", "_gen", "_key", "_owns_fd", "_stamp", "_wbuf",
+                 "_weof", "_wstart", "appending", "defer", "name", "pos", "queue", "shared_offset", "size")
 
     def __init__(self, fd: int, rawmode: str, name: Any, closefd: bool, st: os.stat_result) -> None:
         io.FileIO.__init__(self, fd, rawmode, closefd=False)
+        self._wstart = 0  # the window (_wbuf) holds bytes [_wstart, _wstart + len) of the file
+        self._weof = False  # the window ends at end of file (checked in this call)
+        self.defer = False
+        self._stamp: tuple[int, int, int] | None = None
+        self._fresh = False
+        self.shared_offset = False  # opened from an fd: keep the fd's offset in step
         self.name = name
         self._fd = fd
         self._owns_fd = closefd
