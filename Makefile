@@ -48,7 +48,8 @@ soak: $(VENV)/.installed-test
 # Python object is a malloc block ASan watches).  Leak checking is off: the
 # interpreter keeps memory until exit by design.
 ASAN_TESTS := tests/test_streams.py tests/test_streams_edges.py tests/test_faults.py tests/test_soak.py \
-              tests/test_ring.py tests/test_ops.py tests/test_cold.py tests/test_sqpoll.py
+              tests/test_ring.py tests/test_ops.py tests/test_cold.py tests/test_sqpoll.py tests/test_filemethod.py \
+              tests/test_files_edges.py
 asan: $(VENV)/.installed-test
 	rm -rf build/asan build/asan-tmp
 	mkdir -p build/asan && cp -r aioring build/asan/ && rm -f build/asan/aioring/*.so

@@ -5,6 +5,7 @@ built by _build_cffi.py) and the core (aioring._core, C in src/; its seam is
 src/core.h; src/channel.h is its stream targets', src/fileops.h its page-cache
 reads', src/wholefile.h its read of a whole file, src/flush.h its flush of
 a loop iteration, src/streamread.h a stream reader's reads that need no coroutine frame,
+src/filemethod.h a file's read and seek that need no coroutine frame,
 src/awaitable.h what the core's C awaitables share, src/sqtail.h which SQEs
 the kernel has not read, shared with the binding).  Every extension module
 takes its compile and link arguments from
@@ -28,9 +29,9 @@ setup(
     ext_modules=[Extension("aioring._core", sources=["src/core.c", "src/channel.c", "src/fileops.c",
                                                           "src/wholefile.c", "src/flush.c", "src/treecopy.c",
                                                           "src/newfile.c", "src/streamread.c",
-                                                          "src/awaitable.c"],
+                                                          "src/filemethod.c", "src/awaitable.c"],
                            depends=["src/core.h", "src/channel.h", "src/fileops.h", "src/wholefile.h",
                                     "src/flush.h", "src/treecopy.h", "src/newfile.h", "src/streamread.h",
-                                    "src/awaitable.h", "src/sqtail.h"],
+                                    "src/filemethod.h", "src/awaitable.h", "src/sqtail.h"],
                            extra_compile_args=["-O2", *_WARNINGS], **extension_args())],
 )

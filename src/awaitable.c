@@ -47,3 +47,23 @@ aior_warn_unawaited(PyObject *self, PyObject *public_fn)
     Py_XDECREF(name);
     PyErr_Restore(type, value, tb);
 }
+
+PySendResult
+aior_inner_call(PyObject *inner, PyObject *method, PyObject *args, PyObject **result)
+{
+    PyObject *bound = PyObject_GetAttr(inner, method);
+    *result = bound == NULL ? NULL : PyObject_Call(bound, args, NULL);
+    Py_XDECREF(bound);
+    if (*result != NULL)
+        return PYGEN_NEXT;
+    if (!PyErr_ExceptionMatches(PyExc_StopIteration))
+        return PYGEN_ERROR;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    *result = value != NULL ? PyObject_GetAttrString(value, "value") : Py_NewRef(Py_None);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return *result == NULL ? PYGEN_ERROR : PYGEN_RETURN;
+}

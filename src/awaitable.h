@@ -12,6 +12,11 @@
  *  awaitable that delegates its throw and close: the answer.  When a throw
  *  answered by yielding, the awaitable goes on delegating: *inner gets
  *  target; otherwise target is released and *inner is left alone.
+ * aior_inner_call(inner, method, args, &result) -> PySendResult
+ *  inner.<method>(*args) (throw or close) of the awaitable an awaitable
+ *  waits on, answered as a step: PYGEN_NEXT with what it yielded (or
+ *  close's None), PYGEN_RETURN with StopIteration's value (it ended),
+ *  PYGEN_ERROR with its exception set.
  * aior_warn_unawaited(self, public)  The RuntimeWarning of a coroutine of
  *  public (its __qualname__) never awaited, any exception set meanwhile
  *  kept; a failing warning goes to sys.unraisablehook for self.
@@ -24,6 +29,7 @@
 PyObject *aior_step_result(PySendResult status, PyObject *result);
 PyObject *aior_reused(void);
 PyObject *aior_forward(PyObject *target, PyObject *method, PyObject *args, int is_throw, PyObject **inner);
+PySendResult aior_inner_call(PyObject *inner, PyObject *method, PyObject *args, PyObject **result);
 void aior_warn_unawaited(PyObject *self, PyObject *public_fn);
 
 #endif

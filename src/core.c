@@ -9,6 +9,7 @@
 #include "newfile.h"
 #include "flush.h"
 #include "streamread.h"
+#include "filemethod.h"
 #include "sqtail.h"
 
 #include <errno.h>
@@ -1391,7 +1392,7 @@ PyInit__core(void)
         return NULL;
     if (aior_channel_add_types(m) < 0 || aior_fileops_add(m) < 0 || aior_wholefile_add(m) < 0 ||
         aior_treecopy_add(m) < 0 || aior_newfile_add(m) < 0 || aior_flush_add_types(m) < 0 ||
-        aior_streamread_add(m) < 0) {
+        aior_streamread_add(m) < 0 || aior_filemethod_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -633,28 +633,6 @@ call_iternext(StreamReadCall *self)
     return call_send(self, Py_None);
 }
 
-/* inner.<method>(*args): its answer, as a step's (PYGEN_RETURN: it ended,
-   StopIteration's value in *result). */
-static PySendResult
-inner_call(PyObject *inner, PyObject *method, PyObject *args, PyObject **result)
-{
-    PyObject *bound = PyObject_GetAttr(inner, method);
-    *result = bound == NULL ? NULL : PyObject_Call(bound, args, NULL);
-    Py_XDECREF(bound);
-    if (*result != NULL)
-        return PYGEN_NEXT;
-    if (!PyErr_ExceptionMatches(PyExc_StopIteration))
-        return PYGEN_ERROR;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    *result = value != NULL ? PyObject_GetAttrString(value, "value") : Py_NewRef(Py_None);
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
-    return *result == NULL ? PYGEN_ERROR : PYGEN_RETURN;
-}
-
 /* throw() and close(): while it waits, the awaitable's first (what it
    answers by yielding goes on; its end goes on in the loop); while
    DELEGATING, public's coroutine's; otherwise those of an unstarted
@@ -665,7 +643,7 @@ call_forward(StreamReadCall *self, PyObject *method, PyObject *args)
 {
     PyObject *result = NULL;
     if (self->state == WAITING) {
-        PySendResult status = inner_call(self->inner, method, args, &result);
+        PySendResult status = aior_inner_call(self->inner, method, args, &result);
         if (status == PYGEN_NEXT && method == str_throw)
             return result;
         if (method == str_close) {

@@ -10,7 +10,9 @@ from typing import Any
 from .._file import (DIRECT_READ, INF, REST_MAX, REST_MIN, RingFileIO, read_direct, read_rest,
                      read_rest_now, readinto_direct, write_direct)
 from .. import _ops
-from .._ops import pace
+from .._core import FileMethod
+from .._rawfile import _OFF_MAX as OFF_MAX
+from .._ops import pace, standing_in
 from ..base import AsyncFileBase, AsyncIndirectBase, Plan
 
 __all__ = ["AsyncBufferedIOBase", "AsyncBufferedReader", "AsyncFileIO", "AsyncIndirectBufferedIOBase",
@@ -322,31 +324,19 @@ class AsyncFileIO(_BinaryBase):
         raw = self._raw
         if raw is None or type(size) is not int or size < 0 or raw.closed or not raw.readable():
             return await self._call("read", self._plan(self._read_plan, size), size)
-        if not 0 < size < DIRECT_READ or raw.busy or raw.queue or raw.shared_offset:
-            return await self._direct(raw, read_direct, size)
-        # A small read with no other call in progress: aioring.read's at the
-        # file's position (its page-cache try in the core, its ring read),
-        # the file taken meanwhile, as _direct takes it.
-        # (No end_call: with no shared offset it has nothing to do.)
-        raw.busy = True
-        try:
-            raw.begin_call()
-            data: bytes = await _ops.read(raw.fileno(), size, raw.pos)
-            raw.pos += len(data)
-        finally:
-            raw.release()
-        return data
+        return await self._direct(raw, read_direct, size)
 
     async def seek(self, offset: Any, whence: int = 0) -> int:
         """io.FileIO.seek, awaited: the same arguments, result and exceptions."""
-        raw = self._raw
-        if whence == 0 and raw is not None and not raw.busy and not raw.queue and not raw.shared_offset:
-            # To a position, with no other call in progress: no I/O, so no
-            # call of the file's (paced, as a call served at once is).
-            if not pace():
-                return raw.seek(offset)
-            await asyncio.sleep(0)
         return await self._call("seek", None, offset, whence, size_fresh=whence == 2)
+
+    # A small read, and a seek to a position, of a file no other call has
+    # go through the core without a coroutine frame (src/filemethod.h): a
+    # read is aioring.read's at the file's position, the file taken
+    # meanwhile as _direct takes it; a seek needs no I/O, so no call of the
+    # file's (paced, as a call served at once is).
+    read = standing_in(FileMethod(read, "read", RingFileIO, _ops, DIRECT_READ), read)
+    seek = standing_in(FileMethod(seek, "seek", RingFileIO, _ops, OFF_MAX), seek)
 
     async def readinto(self, b: Any) -> int:
         """io.FileIO.readinto, awaited: the same arguments, result and exceptions."""
