@@ -288,14 +288,17 @@ ended(FileMethodCall *self, PySendResult status, PyObject **result)
     self->state = FINISHED;
     Py_CLEAR(self->inner);
     if (status == PYGEN_RETURN) {
-        /* raw.pos += len(bytes) */
+        /* raw.pos += len(data) */
         PyObject *pos = SLOT(self->raw, self->owner->slots[POS]);
-        PyObject *count = PyBytes_Check(*result) && pos != NULL ? PyLong_FromSsize_t(PyBytes_GET_SIZE(*result)) : NULL;
+        Py_ssize_t n = PyObject_Size(*result);
+        if (pos == NULL && n >= 0) {
+            PyErr_SetString(PyExc_AttributeError, "pos");  /* (deleted while the call read) */
+            n = -1;
+        }
+        PyObject *count = n < 0 ? NULL : PyLong_FromSsize_t(n);
         PyObject *moved = count == NULL ? NULL : PyNumber_Add(pos, count);
         Py_XDECREF(count);
         if (moved == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_SystemError, "read() answered no bytes, or the position is unset");
             Py_CLEAR(*result);
             status = PYGEN_ERROR;
         } else {
