@@ -67,3 +67,9 @@ aior_inner_call(PyObject *inner, PyObject *method, PyObject *args, PyObject **re
     Py_XDECREF(tb);
     return *result == NULL ? PYGEN_ERROR : PYGEN_RETURN;
 }
+
+PyObject *
+aior_public_name(PyObject *public_fn, void *closure)
+{
+    return PyObject_GetAttrString(public_fn, (const char *)closure);
+}

@@ -17,6 +17,9 @@
  *  waits on, answered as a step: PYGEN_NEXT with what it yielded (or
  *  close's None), PYGEN_RETURN with StopIteration's value (it ended),
  *  PYGEN_ERROR with its exception set.
+ * aior_public_name(public, closure) -> str | NULL  public's attribute named
+ *  by closure ("__name__" or "__qualname__"): a C awaitable's getter of
+ *  that name, as a native coroutine's are its function's.
  * aior_warn_unawaited(self, public)  The RuntimeWarning of a coroutine of
  *  public (its __qualname__) never awaited, any exception set meanwhile
  *  kept; a failing warning goes to sys.unraisablehook for self.
@@ -30,6 +33,7 @@ PyObject *aior_step_result(PySendResult status, PyObject *result);
 PyObject *aior_reused(void);
 PyObject *aior_forward(PyObject *target, PyObject *method, PyObject *args, int is_throw, PyObject **inner);
 PySendResult aior_inner_call(PyObject *inner, PyObject *method, PyObject *args, PyObject **result);
+PyObject *aior_public_name(PyObject *public_fn, void *closure);
 void aior_warn_unawaited(PyObject *self, PyObject *public_fn);
 
 #endif

@@ -759,6 +759,19 @@ call_dealloc(StreamReadCall *self)
     PyObject_GC_Del(self);
 }
 
+/* __name__ and __qualname__: public's, as a native coroutine's are its function's. */
+static PyObject *
+call_name(StreamReadCall *self, void *closure)
+{
+    return aior_public_name(self->owner->public_fn, closure);
+}
+
+static PyGetSetDef call_getset[] = {
+    {"__name__", (getter)call_name, NULL, NULL, "__name__"},
+    {"__qualname__", (getter)call_name, NULL, NULL, "__qualname__"},
+    {NULL},
+};
+
 static PyMethodDef call_methods[] = {
     {"send", (PyCFunction)call_send, METH_O, "send(value): as a coroutine's."},
     {"throw", (PyCFunction)call_throw, METH_VARARGS, "throw(exc): as a coroutine's."},
@@ -784,6 +797,7 @@ static PyTypeObject StreamReadCall_Type = {
     .tp_finalize = (destructor)call_finalize,
     .tp_dealloc = (destructor)call_dealloc,
     .tp_methods = call_methods,
+    .tp_getset = call_getset,
 };
 
 int

@@ -39,8 +39,8 @@ def path(disk_dir: str) -> Path:
 @pytest.mark.parametrize("name", ["read", "seek"])
 async def test_read_and_seek_are_coroutine_methods_like_their_python_ones(path: Path, name: str) -> None:
     """Name, docstring, signature and repr are the Python method's, and so
-    are a coroutine that asyncio takes, that nothing runs before it is
-    awaited, that cannot be awaited twice and that warns when never awaited."""
+    are a coroutine that asyncio takes (named as the method's), that nothing
+    runs before it is awaited, that cannot be awaited twice and that warns when never awaited."""
     public = getattr(AsyncFileIO, name)
     python = public.__wrapped__
     assert (public.__name__, public.__qualname__, public.__doc__, public.__module__) == \
@@ -54,6 +54,7 @@ async def test_read_and_seek_are_coroutine_methods_like_their_python_ones(path: 
             await f.seek(0, os.SEEK_SET)
             coro = method(arg)
             assert asyncio.iscoroutine(coro)
+            assert (coro.__name__, coro.__qualname__) == (name, f"AsyncFileIO.{name}")
             with pytest.raises(StopIteration) as stop:
                 coro.send(None)
             assert stop.value.value == want

@@ -136,7 +136,7 @@ async def test_read_and_readinto_are_coroutine_functions_like_their_python_ones(
     """aioring.read and readinto (the core's, which try the page cache before
     any Python frame) look and behave as the coroutine functions they stand
     for: name, docstring, signature, keyword calls, binding errors, a
-    coroutine that asyncio takes, that nothing runs before it is awaited,
+    coroutine that asyncio takes (named as the function's), that nothing runs before it is awaited,
     that cannot be awaited twice and that warns when never awaited."""
     import inspect
     import warnings
@@ -163,6 +163,7 @@ async def test_read_and_readinto_are_coroutine_functions_like_their_python_ones(
     for function in (public, python):
         coro = function(fd, second, 0)
         assert asyncio.iscoroutine(coro)
+        assert (coro.__name__, coro.__qualname__) == (name, name)
         with pytest.raises(StopIteration) as stop:
             coro.send(None)
         assert stop.value.value == (4096 if name == "readinto" else content[:4096])

@@ -712,9 +712,9 @@ async def test_reads_in_the_core_are_coroutine_methods_like_their_python_ones(so
     """StreamReader.readinto_exactly, readinto and read (the core's
     StreamRead, whose reads that read ahead run without a Python frame) look
     and behave as the coroutine methods they stand for: name, docstring,
-    signature, keyword calls, a coroutine that asyncio takes, that runs
-    nothing before it is awaited, that cannot be awaited twice and that warns
-    when never awaited; thrown into or closed while it waits, it lets the
+    signature, keyword calls, a coroutine that asyncio takes (named as the
+    method's), that runs nothing before it is awaited, that cannot be
+    awaited twice and that warns when never awaited; thrown into or closed while it waits, it lets the
     reader's waiter and the caller's buffer go and takes nothing; the
     arguments it does not take get the Python method's results and errors."""
     import inspect
@@ -746,6 +746,7 @@ async def test_reads_in_the_core_are_coroutine_methods_like_their_python_ones(so
             assert got(await coro, buf) == b"abc"
             coro, buf = call(method, 3)
             assert asyncio.iscoroutine(coro)
+            assert (coro.__name__, coro.__qualname__) == (name, f"StreamReader.{name}")
             with pytest.raises(StopIteration) as stop:
                 coro.send(None)  # (buffered: it ends at its first step)
             assert got(stop.value.value, buf) == b"def"
