@@ -23,12 +23,25 @@ def backend() -> str:
     return chosen_backend()
 
 
+# The polling ring's counters that statistics() reports, as "polling_<name>".
+_POLLING_COUNTERS = ("submit_calls", "wakeups", "completions", "in_flight")
+
+
 def statistics() -> dict[str, int]:
     """Counters of the running loop's ring: submit calls, wakeups, completions,
     operations held back by backpressure, cancellations, and what is in flight.
+    Once the loop has a polling ring (set_sqpoll), its submit calls, wakeups,
+    completions and reads in flight too, as polling_submit_calls,
+    polling_wakeups, polling_completions and polling_in_flight.
 
     Raises RuntimeError outside a running event loop."""
-    return get_ring(asyncio.get_running_loop()).statistics()
+    ring = get_ring(asyncio.get_running_loop())
+    stats = ring.statistics()
+    polling = ring.polling
+    if polling is not None and polling is not ring:  # (ring: the kernel refused one)
+        of_polling = polling.statistics()
+        stats.update((f"polling_{name}", of_polling[name]) for name in _POLLING_COUNTERS)
+    return stats
 
 
 def set_sqpoll(idle: float | None = 0.05) -> float | None:

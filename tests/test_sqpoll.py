@@ -121,6 +121,12 @@ async def test_reads_that_wait_for_the_device_go_to_the_polling_ring(cold_file, 
         assert not ring.setup_flags & _binding.SETUP_SQPOLL
         assert polling.statistics()["completions"] >= len(offsets)
         assert polling.statistics()["in_flight"] == 0
+        stats = aioring.statistics()  # (the loop's ring's, and its polling ring's as polling_*)
+        assert stats["completions"] == ring.statistics()["completions"]
+        assert {name: stats[f"polling_{name}"] for name in ("submit_calls", "wakeups", "completions",
+                                                            "in_flight")} == \
+            {name: polling.statistics()[name] for name in ("submit_calls", "wakeups", "completions",
+                                                           "in_flight")}
         before = polling.statistics()["completions"]
         null = os.open(os.devnull, os.O_WRONLY)
         try:
@@ -235,6 +241,7 @@ async def test_a_kernel_that_refuses_the_polling_ring(cold_file, sqpoll, monkeyp
         with pytest.warns(RuntimeWarning, match="refused a ring with a polling thread"):
             assert await aioring.read(fd, 4096, 4096) == content[4096:8192]
         assert ring.polling is ring
+        assert not [name for name in aioring.statistics() if name.startswith("polling_")]
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             drop(path)
