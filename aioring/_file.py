@@ -165,8 +165,7 @@ class RingFileIO(RawFile):
             return
         if self.queue:
             await self.drain()
-        if not self._fresh:
-            self._validate()
+        stamp = self._validate() if not self._fresh else None
         buf = self._wbuf
         ws = self._wstart
         we = ws + len(buf)
@@ -181,7 +180,7 @@ class RingFileIO(RawFile):
         if keep:
             new[:keep] = memoryview(buf)[start - ws:]
         got = keep
-        self._stamp_window()  # first: a change during the read shows next time
+        self._stamp_window(stamp)  # first: a change during the read shows next time (one fstat a fill)
         while True:
             got += await _read_into(self._fd, new, got, len(new) - got, start + got, self.size)
             eof = got < len(new)

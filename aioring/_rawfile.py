@@ -430,12 +430,17 @@ class RawFile(io.FileIO):
             self._wstart = self.pos
         self._fresh = False  # fstat is asked once, when the call first reads the window
 
-    def _validate(self) -> None:
-        """Drop the window if fstat shows the file changed since it was read."""
+    def _validate(self) -> tuple[int, int, int] | None:
+        """Drop the window if fstat shows the file changed since it was read;
+        the fstat's stamp (None when there was no window to check)."""
         self._fresh = True
-        if self._wbuf and self._stat_stamp() != self._stamp:
+        if not self._wbuf:
+            return None
+        stamp = self._stat_stamp()
+        if stamp != self._stamp:
             self._wbuf = bytearray()
             self._wstart = self.pos
+        return stamp
 
     def end_call(self) -> None:
         if self.shared_offset and not (self.closed and self._owns_fd):
@@ -444,9 +449,11 @@ class RawFile(io.FileIO):
             except OSError:
                 pass  # the caller closed its fd
 
-    def _stamp_window(self) -> None:
-        """The window is read from now on: a change made after this shows."""
-        self._stamp = self._stat_stamp()
+    def _stamp_window(self, stamp: tuple[int, int, int] | None = None) -> None:
+        """The window is read from now on: a change made after this shows.
+        `stamp`: one taken earlier in this call, with nothing written since
+        (a change after it shows too)."""
+        self._stamp = self._stat_stamp() if stamp is None else stamp
         self._gen = _GENERATIONS.get(self._key, 0)
 
     def _stat_stamp(self) -> tuple[int, int, int]:

@@ -11,6 +11,8 @@ Variants (each on asyncio's default loop and on uvloop):
 * aioring_read  ``await aioring.read(fd, 4096, off)``: a new bytes object a read, as os.pread's
 * aioring_open  ``await f.seek(off); await f.read(4096)``, one ``aioring.open(path, "rb",
   buffering=0)`` file per task: the aiofiles variant's code with ``import aioring as aiofiles``
+* aioring_buffered  the same on ``aioring.open(path, "rb")``: the stdlib's buffered reader
+  over the ring's raw file, as most aiofiles code opens its files
 * aiofile   ``await afp.read(4096, off)`` on one ``aiofile.AIOFile`` (caio's default backend)
 * aiofiles  ``await f.seek(off); await f.read(4096)``, one unbuffered file per task
 * executor  ``await loop.run_in_executor(None, os.pread, fd, 4096, off)``
@@ -59,12 +61,13 @@ TARGET_RATIO = 0.75  # aioring's reads per second over the synchronous loop's, a
 TARGET_TASKS = (1, 64)
 ALL_TASKS = (1, 16, 64, 256)
 ALL_LOOPS = ("asyncio", "uvloop")
-ASYNC_VARIANTS = ("aioring", "aioring_read", "aioring_open", "aiofile", "aiofiles", "executor")
+ASYNC_VARIANTS = ("aioring", "aioring_read", "aioring_open", "aioring_buffered", "aiofile", "aiofiles",
+                  "executor")
 ALL_VARIANTS = (*ASYNC_VARIANTS, "sync")
 # Reads per run, as a share of --ops: slow variants do fewer so that every
 # run lasts roughly as long (about 0.3-1 s by default on a 2-core VM).
-OPS_SCALE = {"aioring": 1.0, "aioring_read": 1.0, "aioring_open": 1.0, "aiofile": 1.0, "executor": 1 / 8,
-             "aiofiles": 1 / 24, "sync": 4.0}
+OPS_SCALE = {"aioring": 1.0, "aioring_read": 1.0, "aioring_open": 1.0, "aioring_buffered": 1 / 4,
+             "aiofile": 1.0, "executor": 1 / 8, "aiofiles": 1 / 24, "sync": 4.0}
 # Ratios printed in the tables: aioring's ops/s over each of these.
 RATIO_AGAINST = ("aiofile", "aiofiles", "sync")
 DEFAULTS: dict[str, Any] = {"file_size": 256 * MIB, "ops": 60_000, "repeat": 3}
@@ -171,10 +174,11 @@ async def open_aioring_read(path: Path, ntasks: int) -> AsyncIterator[list[Reade
 
 
 @asynccontextmanager
-async def _seek_readers(opener: Any, path: Path, ntasks: int) -> AsyncIterator[list[Reader]]:
-    """One unbuffered file per task from `opener` (an aiofiles-style open),
-    each read at an offset as seek + read."""
-    files = [await opener(path, "rb", buffering=0) for _ in range(ntasks)]
+async def _seek_readers(opener: Any, path: Path, ntasks: int,
+                        buffering: int = 0) -> AsyncIterator[list[Reader]]:
+    """One file per task from `opener` (an aiofiles-style open; unbuffered
+    unless `buffering` says otherwise), each read at an offset as seek + read."""
+    files = [await opener(path, "rb", buffering=buffering) for _ in range(ntasks)]
 
     def make(f: Any) -> Reader:
         async def reader(offsets: Sequence[int]) -> int:
@@ -198,6 +202,10 @@ def open_aiofiles(path: Path, ntasks: int) -> Any:
 
 def open_aioring_open(path: Path, ntasks: int) -> Any:
     return _seek_readers(aioring.open, path, ntasks)
+
+
+def open_aioring_buffered(path: Path, ntasks: int) -> Any:
+    return _seek_readers(aioring.open, path, ntasks, buffering=-1)
 
 
 @asynccontextmanager
@@ -236,7 +244,7 @@ async def open_executor(path: Path, ntasks: int) -> AsyncIterator[list[Reader]]:
 
 OPENERS: dict[str, Callable[[Path, int], Any]] = {
     "aioring": open_aioring, "aioring_read": open_aioring_read, "aioring_open": open_aioring_open,
-    "aiofiles": open_aiofiles,
+    "aioring_buffered": open_aioring_buffered, "aiofiles": open_aiofiles,
     "aiofile": open_aiofile, "executor": open_executor,
 }
 
