@@ -69,7 +69,50 @@ aior_inner_call(PyObject *inner, PyObject *method, PyObject *args, PyObject **re
 }
 
 PyObject *
-aior_public_name(PyObject *public_fn, void *closure)
+aior_awaitable_send(PyObject *self, PyObject *arg)
 {
-    return PyObject_GetAttrString(public_fn, (const char *)closure);
+    PyObject *result = NULL;
+    PySendResult status = Py_TYPE(self)->tp_as_async->am_send(self, arg, &result);
+    return aior_step_result(status, result);
+}
+
+PyObject *
+aior_awaitable_iternext(PyObject *self)
+{
+    return aior_awaitable_send(self, Py_None);
+}
+
+PyObject *
+aior_awaitable_await(PyObject *self)
+{
+    return Py_NewRef(self);
+}
+
+static PyObject *
+public_name(AiorAwaitable *self, void *closure)
+{
+    return PyObject_GetAttrString(self->public_fn, (const char *)closure);
+}
+
+PyGetSetDef aior_awaitable_getset[] = {
+    {"__name__", (getter)public_name, NULL, NULL, "__name__"},
+    {"__qualname__", (getter)public_name, NULL, NULL, "__qualname__"},
+    {NULL},
+};
+
+void
+aior_awaitable_finalize(PyObject *self, int waiting, PyObject *(*close)(PyObject *, PyObject *))
+{
+    if (!waiting) {
+        if (((AiorAwaitable *)self)->public_fn != NULL)
+            aior_warn_unawaited(self, ((AiorAwaitable *)self)->public_fn);
+        return;
+    }
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *r = close(self, NULL);
+    if (r == NULL)
+        PyErr_WriteUnraisable(self);
+    Py_XDECREF(r);
+    PyErr_Restore(type, value, tb);
 }

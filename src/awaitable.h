@@ -1,5 +1,19 @@
-/* What the core's C awaitables (CacheFirstCall, StreamReadCall) share of
- * a native coroutine's protocol: one implementation of each piece.
+/* What the core's C awaitables (CacheFirstCall, StreamReadCall,
+ * FileMethodCall) share of a native coroutine's protocol: one
+ * implementation of each piece.
+ *
+ * AIOR_AWAITABLE_HEAD  The fields every such awaitable starts with: its
+ *  object head and public_fn, the Python coroutine function or method it
+ *  stands for (held from its creation to its deallocation).  Then, for
+ *  each type:
+ *   - aior_awaitable_send, _iternext and _await: send(value), next() and
+ *     __await__ from its am_send;
+ *   - aior_awaitable_getset: __name__ and __qualname__, public_fn's (as a
+ *     native coroutine's are its function's).
+ * aior_awaitable_finalize(self, waiting, close)  A finalization as a native
+ *  coroutine's, any exception set meanwhile kept: one waiting is closed
+ *  (close(self), whose error goes to sys.unraisablehook), any other was
+ *  never awaited and warns (aior_warn_unawaited).
  *
  * aior_step_result(status, result) -> object | NULL  A step's answer
  *  (PySendResult and its result, which it takes) as a method's: the
@@ -17,9 +31,6 @@
  *  waits on, answered as a step: PYGEN_NEXT with what it yielded (or
  *  close's None), PYGEN_RETURN with StopIteration's value (it ended),
  *  PYGEN_ERROR with its exception set.
- * aior_public_name(public, closure) -> str | NULL  public's attribute named
- *  by closure ("__name__" or "__qualname__"): a C awaitable's getter of
- *  that name, as a native coroutine's are its function's.
  * aior_warn_unawaited(self, public)  The RuntimeWarning of a coroutine of
  *  public (its __qualname__) never awaited, any exception set meanwhile
  *  kept; a failing warning goes to sys.unraisablehook for self.
@@ -33,7 +44,17 @@ PyObject *aior_step_result(PySendResult status, PyObject *result);
 PyObject *aior_reused(void);
 PyObject *aior_forward(PyObject *target, PyObject *method, PyObject *args, int is_throw, PyObject **inner);
 PySendResult aior_inner_call(PyObject *inner, PyObject *method, PyObject *args, PyObject **result);
-PyObject *aior_public_name(PyObject *public_fn, void *closure);
+#define AIOR_AWAITABLE_HEAD PyObject_HEAD PyObject *public_fn;
+
+typedef struct {
+    AIOR_AWAITABLE_HEAD
+} AiorAwaitable;
+
+PyObject *aior_awaitable_send(PyObject *self, PyObject *arg);
+PyObject *aior_awaitable_iternext(PyObject *self);
+PyObject *aior_awaitable_await(PyObject *self);
+extern PyGetSetDef aior_awaitable_getset[];
+void aior_awaitable_finalize(PyObject *self, int waiting, PyObject *(*close)(PyObject *, PyObject *));
 void aior_warn_unawaited(PyObject *self, PyObject *public_fn);
 
 #endif

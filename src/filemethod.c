@@ -43,7 +43,7 @@ slot_set(PyObject *obj, Py_ssize_t offset, PyObject *value)
 enum { UNSTARTED, READING, PACED, DELEGATING, FINISHED };
 
 typedef struct {
-    PyObject_HEAD
+    AIOR_AWAITABLE_HEAD     /* (public_fn: owner's, held) */
     FileMethod *owner;
     PyObject *args[3];      /* the call's arguments: the file, size (READ) or offset (SEEK), whence (SEEK, or NULL) */
     PyObject *raw;          /* the raw file, while the call has it (READING) */
@@ -67,6 +67,7 @@ file_method_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
     if (call == NULL)
         return NULL;
     call->owner = (FileMethod *)Py_NewRef(callable);
+    call->public_fn = Py_NewRef(self->public_fn);
     call->args[0] = Py_NewRef(args[0]);
     call->args[1] = Py_NewRef(args[1]);
     call->args[2] = nargs == 3 ? Py_NewRef(args[2]) : NULL;
@@ -466,20 +467,6 @@ call_am_send(FileMethodCall *self, PyObject *arg, PyObject **result)
     return status;
 }
 
-static PyObject *
-call_send(FileMethodCall *self, PyObject *arg)
-{
-    PyObject *result = NULL;
-    PySendResult status = call_am_send(self, arg, &result);
-    return aior_step_result(status, result);
-}
-
-static PyObject *
-call_iternext(FileMethodCall *self)
-{
-    return call_send(self, Py_None);
-}
-
 /* throw() and close(): while READING, the read's first (what it answers by
    yielding goes on; its end ends the call); while DELEGATING, public's
    coroutine's; otherwise those of an unstarted coroutine of public, which
@@ -536,16 +523,11 @@ call_close(FileMethodCall *self, PyObject *unused)
     return result;
 }
 
-static PyObject *
-call_await(FileMethodCall *self)
-{
-    return Py_NewRef(self);
-}
-
 static int
 call_traverse(FileMethodCall *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->owner);
+    Py_VISIT(self->public_fn);
     Py_VISIT(self->args[0]);
     Py_VISIT(self->args[1]);
     Py_VISIT(self->args[2]);
@@ -572,18 +554,10 @@ call_finalize(FileMethodCall *self)
 {
     if ((self->state != UNSTARTED && self->state != READING) || self->owner == NULL || self->args[0] == NULL)
         return;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    if (self->state == READING) {
-        PyObject *r = call_close(self, NULL);
-        if (r == NULL)
-            PyErr_WriteUnraisable((PyObject *)self);
-        Py_XDECREF(r);
-    } else {
+    int waiting = self->state == READING;
+    if (!waiting)
         self->state = FINISHED;
-        aior_warn_unawaited((PyObject *)self, self->owner->public_fn);
-    }
-    PyErr_Restore(type, value, tb);
+    aior_awaitable_finalize((PyObject *)self, waiting, (PyObject * (*)(PyObject *, PyObject *)) call_close);
 }
 
 static void
@@ -595,31 +569,19 @@ call_dealloc(FileMethodCall *self)
     PyObject_GC_UnTrack(self);
     call_clear(self);
     Py_CLEAR(self->owner);
+    Py_CLEAR(self->public_fn);
     PyObject_GC_Del(self);
 }
 
-/* __name__ and __qualname__: public's, as a native coroutine's are its function's. */
-static PyObject *
-call_name(FileMethodCall *self, void *closure)
-{
-    return aior_public_name(self->owner->public_fn, closure);
-}
-
-static PyGetSetDef call_getset[] = {
-    {"__name__", (getter)call_name, NULL, NULL, "__name__"},
-    {"__qualname__", (getter)call_name, NULL, NULL, "__qualname__"},
-    {NULL},
-};
-
 static PyMethodDef call_methods[] = {
-    {"send", (PyCFunction)call_send, METH_O, "send(value): as a coroutine's."},
+    {"send", (PyCFunction)aior_awaitable_send, METH_O, "send(value): as a coroutine's."},
     {"throw", (PyCFunction)call_throw, METH_VARARGS, "throw(exc): as a coroutine's."},
     {"close", (PyCFunction)call_close, METH_NOARGS, "close(): as a coroutine's."},
     {NULL},
 };
 
 static PyAsyncMethods call_as_async = {
-    .am_await = (unaryfunc)call_await,
+    .am_await = (unaryfunc)aior_awaitable_await,
     .am_send = (sendfunc)call_am_send,
 };
 
@@ -630,13 +592,13 @@ static PyTypeObject FileMethodCall_Type = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "A FileMethod call's coroutine: its read or seek of a free file in C, or public's coroutine.",
     .tp_as_async = &call_as_async,
-    .tp_iternext = (iternextfunc)call_iternext,
+    .tp_iternext = (iternextfunc)aior_awaitable_iternext,
     .tp_traverse = (traverseproc)call_traverse,
     .tp_clear = (inquiry)call_clear,
     .tp_finalize = (destructor)call_finalize,
     .tp_dealloc = (destructor)call_dealloc,
     .tp_methods = call_methods,
-    .tp_getset = call_getset,
+    .tp_getset = aior_awaitable_getset,
 };
 
 int

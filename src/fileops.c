@@ -387,7 +387,7 @@ typedef struct {
 enum { UNSTARTED, COLD_UNSTARTED, DELEGATING, COLD, FINISHED };
 
 typedef struct {
-    PyObject_HEAD
+    AIOR_AWAITABLE_HEAD   /* (public_fn: owner's, held) */
     CacheFirst *owner;
     PyObject *args[3];    /* fd, buffer or size, offset */
     PyObject *inner;      /* rest's coroutine while DELEGATING; the op's future's iterator while COLD */
@@ -406,6 +406,7 @@ new_call(CacheFirst *owner, PyObject *const *args, Py_ssize_t nargs, int state)
     if (call == NULL)
         return NULL;
     call->owner = (CacheFirst *)Py_NewRef(owner);
+    call->public_fn = Py_NewRef(owner->public_fn);
     call->args[0] = Py_NewRef(args[0]);
     call->args[1] = Py_NewRef(args[1]);
     call->args[2] = nargs == 3 ? Py_NewRef(args[2]) : PyLong_FromLong(-1);
@@ -764,20 +765,6 @@ call_step(CacheFirstCall *self, PyObject *arg, PyObject **result)
     return status;
 }
 
-static PyObject *
-call_send(CacheFirstCall *self, PyObject *arg)
-{
-    PyObject *result = NULL;
-    PySendResult status = call_am_send(self, arg, &result);
-    return aior_step_result(status, result);
-}
-
-static PyObject *
-call_iternext(CacheFirstCall *self)
-{
-    return call_send(self, Py_None);
-}
-
 /* throw() (method "throw") and close(): while DELEGATING, rest's
    coroutine's; otherwise those of an unstarted coroutine of the public
    function, which ends as a native one does (the exception raised, nothing
@@ -837,16 +824,11 @@ call_close(CacheFirstCall *self, PyObject *unused)
     return result;
 }
 
-static PyObject *
-call_await(CacheFirstCall *self)
-{
-    return Py_NewRef(self);
-}
-
 static int
 call_traverse(CacheFirstCall *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->owner);
+    Py_VISIT(self->public_fn);
     Py_VISIT(self->args[0]);
     Py_VISIT(self->args[1]);
     Py_VISIT(self->args[2]);
@@ -871,17 +853,12 @@ call_clear(CacheFirstCall *self)
 static void
 call_finalize(CacheFirstCall *self)
 {
-    if (self->state == COLD && self->started != NULL) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        cold_close(self);
-        PyErr_Restore(type, value, tb);
+    int waiting = self->state == COLD && self->started != NULL;
+    if (!waiting && ((self->state != UNSTARTED && self->state != COLD_UNSTARTED) || self->owner == NULL))
         return;
-    }
-    if ((self->state != UNSTARTED && self->state != COLD_UNSTARTED) || self->owner == NULL)
-        return;
-    self->state = FINISHED;
-    aior_warn_unawaited((PyObject *)self, self->owner->public_fn);
+    if (!waiting)
+        self->state = FINISHED;
+    aior_awaitable_finalize((PyObject *)self, waiting, (PyObject * (*)(PyObject *, PyObject *)) call_close);
 }
 
 static void
@@ -893,31 +870,19 @@ call_dealloc(CacheFirstCall *self)
     PyObject_GC_UnTrack(self);
     call_clear(self);
     Py_CLEAR(self->owner);
+    Py_CLEAR(self->public_fn);
     PyObject_GC_Del(self);
 }
 
-/* __name__ and __qualname__: public's, as a native coroutine's are its function's. */
-static PyObject *
-call_name(CacheFirstCall *self, void *closure)
-{
-    return aior_public_name(self->owner->public_fn, closure);
-}
-
-static PyGetSetDef call_getset[] = {
-    {"__name__", (getter)call_name, NULL, NULL, "__name__"},
-    {"__qualname__", (getter)call_name, NULL, NULL, "__qualname__"},
-    {NULL},
-};
-
 static PyMethodDef call_methods[] = {
-    {"send", (PyCFunction)call_send, METH_O, "send(value): as a coroutine's."},
+    {"send", (PyCFunction)aior_awaitable_send, METH_O, "send(value): as a coroutine's."},
     {"throw", (PyCFunction)call_throw, METH_VARARGS, "throw(exc): as a coroutine's."},
     {"close", (PyCFunction)call_close, METH_NOARGS, "close(): as a coroutine's."},
     {NULL},
 };
 
 static PyAsyncMethods call_as_async = {
-    .am_await = (unaryfunc)call_await,
+    .am_await = (unaryfunc)aior_awaitable_await,
     .am_send = (sendfunc)call_am_send,
 };
 
@@ -928,13 +893,13 @@ static PyTypeObject CacheFirstCall_Type = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "A CacheFirst call's coroutine: the page cache's try, then rest's coroutine.",
     .tp_as_async = &call_as_async,
-    .tp_iternext = (iternextfunc)call_iternext,
+    .tp_iternext = (iternextfunc)aior_awaitable_iternext,
     .tp_traverse = (traverseproc)call_traverse,
     .tp_clear = (inquiry)call_clear,
     .tp_finalize = (destructor)call_finalize,
     .tp_dealloc = (destructor)call_dealloc,
     .tp_methods = call_methods,
-    .tp_getset = call_getset,
+    .tp_getset = aior_awaitable_getset,
 };
 
 /* pace(): one call counted; False, or pace_due()'s answer (policy's yield)

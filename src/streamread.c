@@ -24,7 +24,7 @@ typedef struct {
 enum { UNSTARTED, WAITING, DELEGATING, FINISHED };
 
 typedef struct {
-    PyObject_HEAD
+    AIOR_AWAITABLE_HEAD     /* (public_fn: owner's, held) */
     StreamRead *owner;
     PyObject *reader, *arg;  /* the call's arguments: buf (EXACTLY, INTO) or n (BYTES) */
     PyObject *buffered;     /* the reader's _buffer, from the first step on */
@@ -53,6 +53,7 @@ stream_read_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
     if (call == NULL)
         return NULL;
     call->owner = (StreamRead *)Py_NewRef(callable);
+    call->public_fn = Py_NewRef(self->public_fn);
     call->reader = Py_NewRef(args[0]);
     call->arg = Py_NewRef(args[1]);
     call->held = 0;
@@ -619,20 +620,6 @@ step(StreamReadCall *self, PyObject *arg, PyObject **result)
     }
 }
 
-static PyObject *
-call_send(StreamReadCall *self, PyObject *arg)
-{
-    PyObject *result = NULL;
-    PySendResult status = call_am_send(self, arg, &result);
-    return aior_step_result(status, result);
-}
-
-static PyObject *
-call_iternext(StreamReadCall *self)
-{
-    return call_send(self, Py_None);
-}
-
 /* throw() and close(): while it waits, the awaitable's first (what it
    answers by yielding goes on; its end goes on in the loop); while
    DELEGATING, public's coroutine's; otherwise those of an unstarted
@@ -695,16 +682,11 @@ call_close(StreamReadCall *self, PyObject *unused)
     return result;
 }
 
-static PyObject *
-call_await(StreamReadCall *self)
-{
-    return Py_NewRef(self);
-}
-
 static int
 call_traverse(StreamReadCall *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->owner);
+    Py_VISIT(self->public_fn);
     Py_VISIT(self->reader);
     Py_VISIT(self->arg);
     Py_VISIT(self->buffered);
@@ -733,18 +715,10 @@ call_finalize(StreamReadCall *self)
 {
     if ((self->state != UNSTARTED && self->state != WAITING) || self->owner == NULL || self->reader == NULL)
         return;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    if (self->state == WAITING) {
-        PyObject *r = call_close(self, NULL);
-        if (r == NULL)
-            PyErr_WriteUnraisable((PyObject *)self);
-        Py_XDECREF(r);
-    } else {
+    int waiting = self->state == WAITING;
+    if (!waiting)
         self->state = FINISHED;
-        aior_warn_unawaited((PyObject *)self, self->owner->public_fn);
-    }
-    PyErr_Restore(type, value, tb);
+    aior_awaitable_finalize((PyObject *)self, waiting, (PyObject * (*)(PyObject *, PyObject *)) call_close);
 }
 
 static void
@@ -756,31 +730,19 @@ call_dealloc(StreamReadCall *self)
     PyObject_GC_UnTrack(self);
     call_clear(self);
     Py_CLEAR(self->owner);
+    Py_CLEAR(self->public_fn);
     PyObject_GC_Del(self);
 }
 
-/* __name__ and __qualname__: public's, as a native coroutine's are its function's. */
-static PyObject *
-call_name(StreamReadCall *self, void *closure)
-{
-    return aior_public_name(self->owner->public_fn, closure);
-}
-
-static PyGetSetDef call_getset[] = {
-    {"__name__", (getter)call_name, NULL, NULL, "__name__"},
-    {"__qualname__", (getter)call_name, NULL, NULL, "__qualname__"},
-    {NULL},
-};
-
 static PyMethodDef call_methods[] = {
-    {"send", (PyCFunction)call_send, METH_O, "send(value): as a coroutine's."},
+    {"send", (PyCFunction)aior_awaitable_send, METH_O, "send(value): as a coroutine's."},
     {"throw", (PyCFunction)call_throw, METH_VARARGS, "throw(exc): as a coroutine's."},
     {"close", (PyCFunction)call_close, METH_NOARGS, "close(): as a coroutine's."},
     {NULL},
 };
 
 static PyAsyncMethods call_as_async = {
-    .am_await = (unaryfunc)call_await,
+    .am_await = (unaryfunc)aior_awaitable_await,
     .am_send = (sendfunc)call_am_send,
 };
 
@@ -791,13 +753,13 @@ static PyTypeObject StreamReadCall_Type = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "A StreamRead call's coroutine: the small (or all-buffered) path in C, or public's coroutine.",
     .tp_as_async = &call_as_async,
-    .tp_iternext = (iternextfunc)call_iternext,
+    .tp_iternext = (iternextfunc)aior_awaitable_iternext,
     .tp_traverse = (traverseproc)call_traverse,
     .tp_clear = (inquiry)call_clear,
     .tp_finalize = (destructor)call_finalize,
     .tp_dealloc = (destructor)call_dealloc,
     .tp_methods = call_methods,
-    .tp_getset = call_getset,
+    .tp_getset = aior_awaitable_getset,
 };
 
 int

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import inspect
 import io
 import os
 import warnings
@@ -22,6 +21,7 @@ from aioring import _ops
 from aioring.threadpool.binary import AsyncFileIO
 
 from test_cold import drop
+from test_ops import assert_stands_in
 
 CONTENT = bytes(range(256)) * 64
 
@@ -41,13 +41,7 @@ async def test_read_and_seek_are_coroutine_methods_like_their_python_ones(path: 
     """Name, docstring, signature and repr are the Python method's, and so
     are a coroutine that asyncio takes (named as the method's), that nothing
     runs before it is awaited, that cannot be awaited twice and that warns when never awaited."""
-    public = getattr(AsyncFileIO, name)
-    python = public.__wrapped__
-    assert (public.__name__, public.__qualname__, public.__doc__, public.__module__) == \
-        (python.__name__, python.__qualname__, python.__doc__, python.__module__)
-    assert inspect.signature(public) == inspect.signature(python)
-    assert asyncio.iscoroutinefunction(public) and asyncio.iscoroutinefunction(python)
-    assert repr(public) == repr(python)
+    python = assert_stands_in(getattr(AsyncFileIO, name))
     arg, want = (5, CONTENT[:5]) if name == "read" else (7, 7)
     async with aioring.open(path, "rb", buffering=0) as f:
         for method in (getattr(f, name), python.__get__(f)):

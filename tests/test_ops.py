@@ -10,6 +10,7 @@ import gc
 import os
 import socket
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -131,6 +132,21 @@ async def test_the_core_sends_a_read_of_a_missing_fd_straight_to_the_ring(data_f
     assert state[0] == 1
 
 
+def assert_stands_in(public: Any) -> Any:
+    """`public`, a C callable of the core that stands in for a Python
+    coroutine function or method (its __wrapped__, returned), looks as that
+    does: name, qualified name, docstring, module, signature and repr, and a
+    coroutine function to asyncio."""
+    import inspect
+    python = public.__wrapped__
+    assert (public.__name__, public.__qualname__, public.__doc__, public.__module__) == \
+        (python.__name__, python.__qualname__, python.__doc__, python.__module__)
+    assert inspect.signature(public) == inspect.signature(python)
+    assert asyncio.iscoroutinefunction(public) and asyncio.iscoroutinefunction(python)
+    assert repr(public) == repr(python)
+    return python
+
+
 @pytest.mark.parametrize("name", ["read", "readinto"])
 async def test_read_and_readinto_are_coroutine_functions_like_their_python_ones(data_file, pipe, name):
     """aioring.read and readinto (the core's, which try the page cache before
@@ -138,16 +154,10 @@ async def test_read_and_readinto_are_coroutine_functions_like_their_python_ones(
     for: name, docstring, signature, keyword calls, binding errors, a
     coroutine that asyncio takes (named as the function's), that nothing runs before it is awaited,
     that cannot be awaited twice and that warns when never awaited."""
-    import inspect
     import warnings
     fd, content = data_file
     public = getattr(aioring, name)
-    python = public.__wrapped__
-    assert (public.__name__, public.__qualname__, public.__doc__, public.__module__) == \
-        (python.__name__, python.__qualname__, python.__doc__, python.__module__)
-    assert inspect.signature(public) == inspect.signature(python)
-    assert asyncio.iscoroutinefunction(public) and asyncio.iscoroutinefunction(python)
-    assert repr(public) == repr(python)
+    python = assert_stands_in(public)
     second = bytearray(4096) if name == "readinto" else 4096
     want = 4096 if name == "readinto" else content[4096:8192]
     assert await public(fd, second, 4096) == want

@@ -25,6 +25,7 @@ import pytest
 
 import aioring
 from aioring import statistics
+from test_ops import assert_stands_in
 
 MiB = 1 << 20
 IMPLS = ["aioring", "asyncio"]
@@ -717,15 +718,9 @@ async def test_reads_in_the_core_are_coroutine_methods_like_their_python_ones(so
     awaited twice and that warns when never awaited; thrown into or closed while it waits, it lets the
     reader's waiter and the caller's buffer go and takes nothing; the
     arguments it does not take get the Python method's results and errors."""
-    import inspect
     import warnings
     from aioring._streams import StreamReader
-    public = getattr(StreamReader, name)
-    python = public.__wrapped__
-    assert (public.__name__, public.__qualname__, public.__doc__, public.__module__) == \
-        (python.__name__, python.__qualname__, python.__doc__, python.__module__)
-    assert inspect.signature(public) == inspect.signature(python)
-    assert asyncio.iscoroutinefunction(public) and asyncio.iscoroutinefunction(python)
+    python = assert_stands_in(getattr(StreamReader, name))
 
     def call(method, size, **kwargs):
         """A read of `size` bytes (at most, but for readinto_exactly), and its buffer (read: None)."""
