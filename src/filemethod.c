@@ -350,9 +350,10 @@ delegate(FileMethodCall *self, PyObject **result)
 }
 
 /* SEEK's first step (paced: its second, after the yield pace asked for):
-   to an int offset of 0 to limit (whence, if given, the int 0), on a free file, the position set; else
-   public's.  Unless paced, pace() first, whose True makes the step a bare
-   yield to the task (as asyncio.sleep(0)'s). */
+   to an int offset of 0 to limit (whence, if given, the int 0), on a free
+   file, the position set; else public's.  Unless paced, pace() first,
+   whose True makes the step a bare yield to the task (as
+   asyncio.sleep(0)'s). */
 static PySendResult
 seek_start(FileMethodCall *self, PyObject **result, int paced)
 {
@@ -411,10 +412,13 @@ start(FileMethodCall *self, PyObject **result)
     }
     slot_set(raw, self->owner->slots[BUSY], Py_True);
     self->raw = raw;
-    PyObject *args[3] = {SLOT(raw, self->owner->slots[FD]), self->args[1], SLOT(raw, self->owner->slots[POS])};
+    PyObject *args[3] = {Py_NewRef(SLOT(raw, self->owner->slots[FD])), self->args[1],
+                         Py_NewRef(SLOT(raw, self->owner->slots[POS]))};
     PyObject *read = PyObject_GetAttr(self->owner->ops, str_read);  /* (looked up at each call, as Python would) */
     self->inner = read == NULL ? NULL : PyObject_Vectorcall(read, args, 3, NULL);
     Py_XDECREF(read);
+    Py_DECREF(args[0]);
+    Py_DECREF(args[2]);
     if (self->inner == NULL) {
         give_up(self);
         return PYGEN_ERROR;
