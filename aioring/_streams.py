@@ -125,8 +125,8 @@ class StreamReader(asyncio.StreamReader):
     _channel: _Channel | None = None  # the transport
     _rx: _Receiver | None = None  # its receive target, which fills this reader's buffer
     _busy: Any = _BUSY
-    # Over TLS, the layer that decrypts this reader's data (and _channel is None).
-    _tls: _tls.TLSLayer | None = None
+    # Over TLS, the side of the TLS layer that decrypts this reader's data (and _channel is None).
+    _tls: _tls.TLSReceiver | None = None
 
     def _attach(self, channel: _Channel) -> None:
         self._channel = channel
@@ -210,13 +210,13 @@ class StreamReader(asyncio.StreamReader):
     def close(self) -> None:
         """Close the channel the reader receives from (a pipe reader's pipe);
         a receive in flight ends as at EOF."""
-        transport = self._tls or self._channel
+        transport = self._channel if self._tls is None else self._tls._layer
         if transport is not None:
             transport.close()
 
     async def wait_closed(self) -> None:
         """Wait until the stream's fd is closed; raises the error that ended the connection, if one did."""
-        transport = self._tls or self._channel
+        transport = self._channel if self._tls is None else self._tls._layer
         if transport is not None:
             await transport.wait_closed()
 
@@ -586,10 +586,11 @@ async def _secure(reader: StreamReader, writer: StreamWriter, context: Any, serv
     await layer.handshake()
     layer.attach(reader)
     reader._channel = reader._rx = None
-    reader._tls = layer
-    writer._transport = writer._queue = layer
-    writer.write = layer.write  # type: ignore[method-assign]
-    writer.drain = layer.drain  # type: ignore[method-assign]
+    reader._tls = layer.receiver
+    writer._transport = layer
+    writer._queue = sender = layer.sender
+    writer.write = sender.write  # type: ignore[method-assign]
+    writer.drain = sender.drain  # type: ignore[method-assign]
 
 
 def _client_tls(ssl: Any, host: Any, server_hostname: str | None, handshake_timeout: float | None,

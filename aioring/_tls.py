@@ -26,7 +26,12 @@ The layer meets the plain stream at one seam, and uses nothing else of it:
 
 Towards the program the layer is the transport of the ``StreamWriter``
 (``write``, ``drain``, ``close``, ``get_extra_info`` ...) and the source of
-the ``StreamReader``'s data.  As asyncio's TLS transport, it reads all the
+the ``StreamReader``'s data.  ``TLSLayer`` makes the handshake and the
+shutdown and answers the transport's calls; its two sides are
+``TLSReceiver``, the plaintext that comes (the target of the channel's
+receive, and the reader's reads), and ``TLSSender``, the plaintext that
+goes (the writer's ``write``, ``drain`` and send queue), as the plain
+channel's are its receiver and its send queue.  As asyncio's TLS transport, it reads all the
 time: a receive is kept out, and what it brings is decrypted as its
 completion comes in, within the ring's harvest, without waking a task.  A
 read that waits does so on one future, which that completion resolves only
@@ -72,7 +77,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._streams import StreamReader, _Channel
 
-__all__ = ["TLSLayer", "client_context", "server_context"]
+__all__ = ["TLSLayer", "TLSReceiver", "TLSSender", "client_context", "server_context"]
 
 HANDSHAKE_TIMEOUT = 60.0  # asyncio's constants.SSL_HANDSHAKE_TIMEOUT
 SHUTDOWN_TIMEOUT = 30.0  # asyncio's constants.SSL_SHUTDOWN_TIMEOUT
@@ -146,46 +151,14 @@ def server_context(ssl_arg: Any, handshake_timeout: float | None, shutdown_timeo
     return ssl_arg
 
 
-class _Feed:
-    """The raw reader's waiter once the handshake is done, for the receive
-    the layer keeps out: the channel's receive hands it the ciphertext that
-    came (TLSLayer._fed, at once, without a task); the end of the socket or
-    its error reach the layer through the loop (TLSLayer._heard)."""
-
-    __slots__ = ("_layer",)
-
-    def __init__(self, layer: TLSLayer) -> None:
-        self._layer = layer
-
-    def done(self) -> bool:
-        return False  # (the channel hands it every receive's bytes)
-
-    def cancelled(self) -> bool:
-        return False
-
-    def set_result(self, _: Any) -> None:
-        layer = self._layer
-        raw = layer._raw_reader
-        if raw._eof or raw._exception is not None:
-            self._later()
-        else:
-            layer._fed()
-
-    def set_exception(self, _: BaseException) -> None:
-        self._later()  # (the raw reader keeps it: see TLSLayer._fill)
-
-    def _later(self) -> None:
-        try:
-            self._layer._loop.call_soon(self._layer._heard)
-        except RuntimeError:
-            pass  # (the loop is closed: its ring ends the receive, nobody is left to tell)
-
-
 class TLSLayer:
     """The TLS state of one connection, and the transport of its StreamWriter.
 
     `raw` is the plain channel (its fd, its sends) and `raw_reader` a plain
-    StreamReader on it, both owned by the layer from here on."""
+    StreamReader on it, both owned by the layer from here on.  The layer
+    makes the handshake and the shutdown and answers the transport's calls;
+    the plaintext that comes is its `receiver`'s (the StreamReader's part),
+    the plaintext that goes its `sender`'s (the StreamWriter's send queue)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, raw: _Channel, raw_reader: StreamReader,
                  context: ssl.SSLContext, *, server_side: bool, server_hostname: str | None,
@@ -202,10 +175,6 @@ class TLSLayer:
         # The hot path calls the C object that ssl.SSLObject's read, write and
         # pending forward to, without the forwarding.
         self._obj: Any = getattr(self._sslobj, "_sslobj", self._sslobj)
-        # Whether the last read may have left plaintext of its record in the
-        # TLS library (it filled all it was asked for): only then is
-        # pending() asked, before more ciphertext is read.
-        self._held = True
         self._handshake_timeout = HANDSHAKE_TIMEOUT if handshake_timeout is None else handshake_timeout
         self._shutdown_timeout = SHUTDOWN_TIMEOUT if shutdown_timeout is None else shutdown_timeout
         self._extra: dict[str, Any] = {"sslcontext": context}
@@ -214,26 +183,11 @@ class TLSLayer:
         self._raw_eof = False  # the peer closed its end (no more ciphertext)
         self._notified = False  # the peer's close_notify came
         self._timed_out: BaseException | None = None  # what the handshake or shutdown timer found
-        self._error: ssl.SSLError | None = None  # a bad record's, raised once what came before is read
         self._timer: asyncio.TimerHandle | None = None
         self._shutdown_task: asyncio.Task[None] | None = None
         self._reader: StreamReader | None = None  # the program's reader, once wrapped
-        # Once wrapped, a receive is kept out (see _listen), whose ciphertext
-        # is decrypted as it comes (see _fed): for a read that waits for
-        # `_need` bytes in the reader's buffer or, reading straight into the
-        # caller's buffer, for `_into[_into_done:_into_n]` to hold
-        # `_into_least` bytes.
-        self._feed = _Feed(self)
-        self._need = 0
-        self._catch_up_due = False  # _catch_up is due at the flush
-        self._into: memoryview | None = None
-        self._into_done = self._into_n = self._into_least = 0
-        # Small writes waiting for the iteration's end, to be encrypted together.
-        self._plain: list[bytes] = []
-        self._plain_size = 0
-        busy = loop.create_future()
-        busy.cancel()  # the reader's stand-in waiter while a read is out: nothing sets it
-        self._busy = busy
+        self.receiver = TLSReceiver(self)
+        self.sender = TLSSender(self)
 
     # ------------------------------------------------------------ ciphertext
     def _flush(self) -> None:
@@ -252,7 +206,7 @@ class TLSLayer:
         if self._raw_eof:
             return False
         raw = self._raw_reader
-        if raw._waiter is self._feed:  # type: ignore[comparison-overlap]
+        if raw._waiter is self.receiver._feed:  # type: ignore[comparison-overlap]
             raw._waiter = None  # (the receive that is out is this read's)
         buffer = raw._buffer
         if not buffer and not raw._eof:
@@ -314,13 +268,205 @@ class TLSLayer:
         """The program's reader takes its data from this layer from now on
         (and the reader asks the layer to resume reading, as asyncio's
         reader asks its transport)."""
-        self._reader = reader
+        self._reader = self.receiver._reader = reader
         reader._transport = self
-        self._raw._closed_future.add_done_callback(self._connection_lost)
+        self._raw._closed_future.add_done_callback(self.receiver._connection_lost)
         # At this iteration's flush (once the program could pause reading),
         # what came with the handshake's end is taken in, and a receive goes out.
-        self._raw._ring.defer(self._attached)
+        self._raw._ring.defer(self.receiver._attached)
 
+    def fail(self, exc: BaseException) -> None:
+        """A TLS error or the socket's: the reader raises it from now on, and the
+        connection is closed at once, as asyncio's fatal errors close it
+        (wait_closed() raises it too)."""
+        if isinstance(exc, OSError):
+            reader = self._reader
+            if reader is not None and reader._exception is None:
+                reader.set_exception(exc)
+            self._closing = True
+            self._raw._fail(exc)
+
+    # ------------------------------------------------------------ transport
+    def write(self, data: Any) -> None:
+        self.sender.write(data)
+
+    def writelines(self, list_of_data: Any) -> None:
+        write = self.sender.write
+        for data in list_of_data:
+            write(data)
+
+    def write_eof(self) -> None:
+        raise NotImplementedError  # TLS has no half-close, as asyncio's TLS transport says
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        """ssl_object, peercert, cipher, compression and sslcontext as asyncio's
+        TLS transport gives them; the rest from the socket's channel."""
+        if name in self._extra:
+            return self._extra[name]
+        return self._raw.get_extra_info(name, default)
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def is_reading(self) -> bool:
+        return self._raw.is_reading()
+
+    def pause_reading(self) -> None:
+        self._raw.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._raw.resume_reading()
+        # What came meanwhile (also asyncio's reader's call: its buffer is down to its limit).
+        self.receiver._fed()
+
+    def get_write_buffer_size(self) -> int:
+        return self._raw.get_write_buffer_size() + self.sender._plain_size
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._raw.get_write_buffer_limits()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._raw.set_write_buffer_limits(high, low)
+
+    # ---------------------------------------------------------------- close
+    def close(self) -> None:
+        """Send close_notify after the data written so far, then wait (up to
+        ssl_shutdown_timeout) for the peer's before closing the socket."""
+        if self._closing:
+            return
+        self._closing = True
+        if not self._wrapped:
+            self._raw.abort()  # (as asyncio's: a close during the handshake aborts)
+            return
+        self.sender.seal()
+        try:
+            self._sslobj.unwrap()
+            self._notified = True  # (the peer's came already)
+        except (ssl.SSLError, ValueError):
+            pass  # the usual case: ours is out, theirs is to come
+        self._flush()
+        self._timer = self._loop.call_later(self._shutdown_timeout, self._shutdown_timed_out)
+        self._shutdown_task = self._loop.create_task(self._wait_for_close_notify())
+
+    async def _wait_for_close_notify(self) -> None:
+        try:
+            while not self._notified:
+                try:
+                    self._sslobj.unwrap()
+                    break
+                except _WANT:
+                    pass
+                except (ssl.SSLError, ValueError):
+                    break  # (the peer's data after ours, say: the shutdown ends there)
+                if not await self._more():
+                    break
+        except (OSError, RuntimeError):
+            pass  # the socket's error: it is closed anyway
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._flush()
+            self._raw.close()
+
+    def _shutdown_timed_out(self) -> None:
+        self._timer = None
+        if _HAS_SHUTDOWN_TIMEOUT:
+            # asyncio's: the connection is lost with this error, which wait_closed() raises.
+            self._timed_out = TimeoutError("SSL shutdown timed out")
+            self._raw._fail(self._timed_out)
+        self._raw.abort()
+
+    def abort(self) -> None:
+        """Close at once, without close_notify."""
+        self._closing = True
+        self.sender.discard()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._raw.abort()
+
+    async def wait_closed(self) -> None:
+        await self._raw.wait_closed()
+
+    def __repr__(self) -> str:
+        return f"<{self.__class__.__name__} raw={self._raw!r}>"
+
+
+class _Feed:
+    """The raw reader's waiter once the handshake is done, for the receive
+    the receiver keeps out: the channel's receive hands it the ciphertext
+    that came (TLSReceiver._fed, at once, without a task); the end of the
+    socket or its error reach the receiver through the loop
+    (TLSReceiver._heard)."""
+
+    __slots__ = ("_receiver",)
+
+    def __init__(self, receiver: TLSReceiver) -> None:
+        self._receiver = receiver
+
+    def done(self) -> bool:
+        return False  # (the channel hands it every receive's bytes)
+
+    def cancelled(self) -> bool:
+        return False
+
+    def set_result(self, _: Any) -> None:
+        receiver = self._receiver
+        raw = receiver._raw_reader
+        if raw._eof or raw._exception is not None:
+            self._later()
+        else:
+            receiver._fed()
+
+    def set_exception(self, _: BaseException) -> None:
+        self._later()  # (the raw reader keeps it: see TLSReceiver._fill)
+
+    def _later(self) -> None:
+        try:
+            self._receiver._loop.call_soon(self._receiver._heard)
+        except RuntimeError:
+            pass  # (the loop is closed: its ring ends the receive, nobody is left to tell)
+
+
+class TLSReceiver:
+    """The plaintext that comes: the receive target of the layer's channel,
+    and the StreamReader's reads (its `_tls`).  Decrypted as the ciphertext
+    comes, into the reader's buffer or straight into the buffer of a read
+    that waits (see the module's docstring)."""
+
+    def __init__(self, layer: TLSLayer) -> None:
+        self._layer = layer
+        self._loop = layer._loop
+        self._raw = layer._raw
+        self._raw_reader = layer._raw_reader
+        self._incoming = layer._incoming
+        self._outgoing = layer._outgoing
+        self._obj = layer._obj
+        self._reader: StreamReader | None = None  # the program's reader, once wrapped
+        # Whether the last read may have left plaintext of its record in the
+        # TLS library (it filled all it was asked for): only then is
+        # pending() asked, before more ciphertext is read.
+        self._held = True
+        self._error: ssl.SSLError | None = None  # a bad record's, raised once what came before is read
+        # Once wrapped, a receive is kept out (see _listen), whose ciphertext
+        # is decrypted as it comes (see _fed): for a read that waits for
+        # `_need` bytes in the reader's buffer or, reading straight into the
+        # caller's buffer, for `_into[_into_done:_into_n]` to hold
+        # `_into_least` bytes.
+        self._feed = _Feed(self)
+        self._need = 0
+        self._catch_up_due = False  # _catch_up is due at the flush
+        self._into: memoryview | None = None
+        self._into_done = self._into_n = self._into_least = 0
+        busy = layer._loop.create_future()
+        busy.cancel()  # the reader's stand-in waiter while a read is out: nothing sets it
+        self._busy = busy
+
+    # --------------------------------------------------------------- the end
     def _attached(self) -> None:
         reader = self._reader
         if reader is not None and reader._waiter is None:  # (else a read took over)
@@ -356,13 +502,28 @@ class TLSLayer:
         else:
             reader.feed_eof()
 
+    def _peer_ended(self, reader: StreamReader, notified: bool) -> None:
+        """The peer's close_notify, or its end of the connection without one:
+        the stream ends there (EOF, or the error that ended the connection,
+        raised), and the connection is shut down."""
+        layer = self._layer
+        layer._notified = layer._notified or notified
+        if notified:
+            reader.feed_eof()
+        else:
+            self._end(reader)
+        layer.close()
+        if reader._exception is not None:
+            raise reader._exception
+
     # ------------------------------------------------------------- receiving
     def _listen(self) -> None:
         """Keep a receive out for _fed, as asyncio's TLS transport reads all
         the time (unless paused by the program: resume_reading() arms it)."""
         raw = self._raw_reader
         if raw._waiter is not self._feed:  # type: ignore[comparison-overlap]
-            if raw._waiter is not None or self._closing or self._raw_eof or self._reader is None:
+            layer = self._layer
+            if raw._waiter is not None or layer._closing or layer._raw_eof or self._reader is None:
                 return
             raw._waiter = self._feed  # type: ignore[assignment]
         rx = self._raw._rx
@@ -379,7 +540,7 @@ class TLSLayer:
         once it has what it waits for, and the receive goes out again.  An
         error is left to the loop (the sink must not raise)."""
         reader = self._reader
-        if reader is None or self._closing or self._raw._rx._paused:
+        if reader is None or self._layer._closing or self._raw._rx._paused:
             return  # (the shutdown takes it; or resume_reading())
         raw = self._raw_reader
         if raw._buffer:
@@ -411,7 +572,7 @@ class TLSLayer:
         except Exception as exc:
             self._loop.call_soon(self._broke, exc)
             return
-        if reader._eof or self._closing or self._error is not None:
+        if reader._eof or self._layer._closing or self._error is not None:
             return
         if len(reader._buffer) > 2 * reader._limit and (reader._waiter is None or reader._waiter.done()):
             reader._paused = True  # asyncio's flow control: reading resumes at the reader's limit
@@ -435,7 +596,7 @@ class TLSLayer:
     def _broke(self, exc: BaseException) -> None:
         reader = self._reader
         if reader is not None and reader._exception is None:
-            self._failed(reader, exc)
+            self._layer.fail(exc)
 
     def _heard(self) -> None:
         """The receive found the socket's end or its error: a read that
@@ -444,7 +605,7 @@ class TLSLayer:
         if raw._waiter is self._feed:  # type: ignore[comparison-overlap]
             raw._waiter = None
         reader = self._reader
-        if reader is None or self._closing or reader._eof or reader._exception is not None:
+        if reader is None or self._layer._closing or reader._eof or reader._exception is not None:
             return
         waiter = reader._waiter
         if waiter is None:
@@ -458,7 +619,7 @@ class TLSLayer:
         more than twice the reader's limit (then it resumes at the limit); a
         close_notify ends the stream and is answered; the peer's end without
         one, or the socket's error, end it as a read would."""
-        if (self._closing or reader._eof or reader._exception is not None or self._error is not None
+        if (self._layer._closing or reader._eof or reader._exception is not None or self._error is not None
                 or self._raw._rx._paused):
             return  # (paused by the program: nothing is decrypted, as with asyncio's)
         try:
@@ -468,9 +629,9 @@ class TLSLayer:
                 if isinstance(exc, ssl.SSLError) and reader._buffer:
                     self._error = exc  # (the plaintext before it is read first)
                 else:
-                    self._failed(reader, exc)
+                    self._layer.fail(exc)
             return
-        if reader._eof or self._closing:
+        if reader._eof or self._layer._closing:
             return
         if len(reader._buffer) > 2 * reader._limit:
             reader._paused = True
@@ -483,36 +644,7 @@ class TLSLayer:
             reader._paused = False
             self._listen()
 
-    # -------------------------------------------------------------- reading
-    def _claim(self, reader: StreamReader, func_name: str) -> None:
-        if reader._waiter is not None:
-            raise RuntimeError(f"{func_name}() called while another coroutine is already "
-                               "waiting for incoming data")
-        reader._waiter = self._busy
-
-    def _failed(self, reader: StreamReader, exc: BaseException) -> None:
-        """A TLS error or the socket's: the reader raises it from now on, and the
-        connection is closed at once, as asyncio's fatal errors close it
-        (wait_closed() raises it too)."""
-        if isinstance(exc, OSError):
-            if reader._exception is None:
-                reader.set_exception(exc)
-            self._closing = True
-            self._raw._fail(exc)
-
-    def _peer_ended(self, reader: StreamReader, notified: bool) -> None:
-        """The peer's close_notify, or its end of the connection without one:
-        the stream ends there (EOF, or the error that ended the connection,
-        raised), and the connection is shut down."""
-        self._notified = self._notified or notified
-        if notified:
-            reader.feed_eof()
-        else:
-            self._end(reader)
-        self.close()
-        if reader._exception is not None:
-            raise reader._exception
-
+    # -------------------------------------------------------------- decrypting
     def _decrypt(self, reader: StreamReader, need: int = sys.maxsize) -> bool:
         """Move the plaintext of the records the incoming BIO holds into the
         reader's buffer (until it holds `need` bytes): whether that gave the
@@ -543,7 +675,7 @@ class TLSLayer:
             return True
         finally:
             if self._outgoing.pending:
-                self._flush()  # (a TLS 1.3 key update, say)
+                self._layer._flush()  # (a TLS 1.3 key update, say)
         return len(buffer) > before
 
     def _fill(self, reader: StreamReader, need: int) -> bool:
@@ -560,44 +692,17 @@ class TLSLayer:
                 self._catch_up_later()  # (what this read leaves: see _catch_up)
         if len(reader._buffer) >= need or reader._eof or reader._exception is not None:
             return True
-        if self._closing and self._wrapped:
+        layer = self._layer
+        if layer._closing and layer._wrapped:
             self._peer_ended(reader, False)  # (closed by the program: its shutdown reads the rest)
             return True
         if raw._eof or raw._exception is not None:
             if raw._exception is not None:
                 raise raw._exception
-            self._raw_eof = True
+            layer._raw_eof = True
             self._peer_ended(reader, False)
             return True
         return False
-
-    def _want(self, reader: StreamReader, need: int, func_name: str) -> asyncio.Future[None] | None:
-        """A read's wait for `need` bytes in the reader's buffer: None when
-        that (or the end) is there already, else the future _fed resolves."""
-        if reader._waiter is not None:
-            raise RuntimeError(f"{func_name}() called while another coroutine is already "
-                               "waiting for incoming data")
-        try:
-            if self._fill(reader, need):
-                return None
-        except BaseException as exc:
-            self._failed(reader, exc)
-            raise
-        waiter = reader._waiter = self._loop.create_future()
-        self._need = need
-        reader._paused = False  # (as asyncio's reader: a read that waits resumes reading)
-        self._listen()
-        return waiter
-
-    async def wait_for_data(self, reader: StreamReader, func_name: str) -> None:
-        """StreamReader._wait_for_data's part: some plaintext in the reader's
-        buffer, or its end, or the error that ended the connection."""
-        waiter = self._want(reader, len(reader._buffer) + 1, func_name)
-        if waiter is not None:
-            try:
-                await waiter
-            finally:
-                reader._waiter = None
 
     def _read_into(self, reader: StreamReader, n: int, view: memoryview) -> int:
         """Decrypt at most n bytes into view, from as many records as the
@@ -632,11 +737,46 @@ class TLSLayer:
             self._error = exc  # the plaintext before the bad record is read first
         finally:
             if self._outgoing.pending:
-                self._flush()
+                self._layer._flush()
         if ended:
             self._peer_ended(reader, True)
             return done
         return done or -1
+
+    # -------------------------------------------------------------- reading
+    def _claim(self, reader: StreamReader, func_name: str) -> None:
+        if reader._waiter is not None:
+            raise RuntimeError(f"{func_name}() called while another coroutine is already "
+                               "waiting for incoming data")
+        reader._waiter = self._busy
+
+    def _want(self, reader: StreamReader, need: int, func_name: str) -> asyncio.Future[None] | None:
+        """A read's wait for `need` bytes in the reader's buffer: None when
+        that (or the end) is there already, else the future _fed resolves."""
+        if reader._waiter is not None:
+            raise RuntimeError(f"{func_name}() called while another coroutine is already "
+                               "waiting for incoming data")
+        try:
+            if self._fill(reader, need):
+                return None
+        except BaseException as exc:
+            self._layer.fail(exc)
+            raise
+        waiter = reader._waiter = self._loop.create_future()
+        self._need = need
+        reader._paused = False  # (as asyncio's reader: a read that waits resumes reading)
+        self._listen()
+        return waiter
+
+    async def wait_for_data(self, reader: StreamReader, func_name: str) -> None:
+        """StreamReader._wait_for_data's part: some plaintext in the reader's
+        buffer, or its end, or the error that ended the connection."""
+        waiter = self._want(reader, len(reader._buffer) + 1, func_name)
+        if waiter is not None:
+            try:
+                await waiter
+            finally:
+                reader._waiter = None
 
     async def _decrypt_into(self, reader: StreamReader, view: memoryview, done: int, n: int,
                             least: int) -> int:
@@ -674,7 +814,7 @@ class TLSLayer:
         except BaseException as exc:
             if done:
                 reader._buffer[:0] = view[:done]  # nothing decrypted is lost
-            self._failed(reader, exc)
+            self._layer.fail(exc)
             raise
         if self._incoming.pending:
             self._catch_up_later()  # (a close_notify after it is answered)
@@ -774,7 +914,21 @@ class TLSLayer:
             raise asyncio.IncompleteReadError(bytes(view[:done]), n)
         return n
 
-    # -------------------------------------------------------------- writing
+
+class TLSSender:
+    """The plaintext that goes: encrypted and handed to the channel's send
+    queue; the StreamWriter's `write` and `drain`, and its send queue."""
+
+    def __init__(self, layer: TLSLayer) -> None:
+        self._layer = layer
+        self._raw = layer._raw
+        self._tx = layer._tx
+        self._obj = layer._obj
+        self._outgoing = layer._outgoing
+        # Small writes waiting for the iteration's end, to be encrypted together.
+        self._plain: list[bytes] = []
+        self._plain_size = 0
+
     def write(self, data: Any) -> None:
         """As asyncio's TLS transport: encrypt, send with the plain channel;
         dropped once closing or once a send failed (drain() raises its error).
@@ -787,7 +941,7 @@ class TLSLayer:
         encrypted at once)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data: expecting a bytes-like instance, got {type(data).__name__}")
-        if not data or self._closing or self._tx._write_exc is not None:
+        if not data or self._layer._closing or self._tx._write_exc is not None:
             return
         total = data.nbytes if type(data) is memoryview else len(data)
         plain = self._plain
@@ -800,6 +954,16 @@ class TLSLayer:
         if plain:
             self._seal()  # (what waits goes first)
         self._encrypt(data, total)
+
+    def seal(self) -> None:
+        """Encrypt what waits now (the close's, before its close_notify)."""
+        if self._plain:
+            self._seal()
+
+    def discard(self) -> None:
+        """Drop what waits (the abort's)."""
+        self._plain.clear()
+        self._plain_size = 0
 
     def _seal_at_flush(self) -> None:
         """The iteration's flush: seal what waits, and send it in this flush
@@ -818,7 +982,7 @@ class TLSLayer:
             try:
                 self._encrypt(data, len(data))
             except ssl.SSLError:
-                pass  # (the reader and drain() raise it: see _failed)
+                pass  # (the reader and drain() raise it: see TLSLayer.fail)
 
     def _encrypt(self, data: Any, total: int) -> None:
         sslobj = self._obj
@@ -841,42 +1005,32 @@ class TLSLayer:
                 tx.write(self._outgoing.read())
                 tx.send()
         except ssl.SSLError as exc:
-            if self._reader is not None:
-                self._failed(self._reader, exc)
+            self._layer.fail(exc)
             raise
         except OSError:
             pass  # a send failed: the channel keeps its error for drain(), as asyncio's
 
-    def writelines(self, list_of_data: Any) -> None:
-        for data in list_of_data:
-            self.write(data)
-
-    def write_eof(self) -> None:
-        raise NotImplementedError  # TLS has no half-close, as asyncio's TLS transport says
-
-    def can_write_eof(self) -> bool:
-        return False
-
     async def drain(self) -> None:
         """The StreamWriter's drain over TLS (as StreamWriter.drain, reading
-        this layer's state without the properties below)."""
-        reader = self._reader
+        this side's state without the properties below)."""
+        layer = self._layer
+        reader = layer._reader
         if reader is not None and reader._exception is not None:
             raise reader._exception
         tx = self._tx
-        if tx._pending_size + self._plain_size <= tx._high and tx._write_exc is None and not self._closing:
+        if tx._pending_size + self._plain_size <= tx._high and tx._write_exc is None and not layer._closing:
             return  # the common case: the iteration's flush encrypts and sends
         if self._plain:
             self._seal()
         raw = self._raw
-        if self._closing and not raw._closing:
+        if layer._closing and not raw._closing:
             await asyncio.sleep(0)  # as asyncio's drain: let the close progress
             if raw._closed:
                 raise ConnectionResetError("Connection lost")
             return
         await raw.drain()
 
-    # What StreamWriter.drain's fast path reads of its transport.
+    # What StreamWriter.drain's fast path reads of its send queue.
     @property
     def _pending_size(self) -> int:
         return self._tx._pending_size + self._plain_size
@@ -890,101 +1044,5 @@ class TLSLayer:
         return self._tx._write_exc
 
     @property
-    def _closed_future(self) -> asyncio.Future[None]:
-        return self._raw._closed_future
-
-    # ------------------------------------------------------------ transport
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        """ssl_object, peercert, cipher, compression and sslcontext as asyncio's
-        TLS transport gives them; the rest from the socket's channel."""
-        if name in self._extra:
-            return self._extra[name]
-        return self._raw.get_extra_info(name, default)
-
-    def is_closing(self) -> bool:
-        return self._closing
-
-    def is_reading(self) -> bool:
-        return self._raw.is_reading()
-
-    def pause_reading(self) -> None:
-        self._raw.pause_reading()
-
-    def resume_reading(self) -> None:
-        self._raw.resume_reading()
-        self._fed()  # what came meanwhile (also asyncio's reader's call: its buffer is down to its limit)
-
-    def get_write_buffer_size(self) -> int:
-        return self._raw.get_write_buffer_size() + self._plain_size
-
-    def get_write_buffer_limits(self) -> tuple[int, int]:
-        return self._raw.get_write_buffer_limits()
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        self._raw.set_write_buffer_limits(high, low)
-
-    # ---------------------------------------------------------------- close
-    def close(self) -> None:
-        """Send close_notify after the data written so far, then wait (up to
-        ssl_shutdown_timeout) for the peer's before closing the socket."""
-        if self._closing:
-            return
-        self._closing = True
-        if not self._wrapped:
-            self._raw.abort()  # (as asyncio's: a close during the handshake aborts)
-            return
-        if self._plain:
-            self._seal()
-        try:
-            self._sslobj.unwrap()
-            self._notified = True  # (the peer's came already)
-        except (ssl.SSLError, ValueError):
-            pass  # the usual case: ours is out, theirs is to come
-        self._flush()
-        self._timer = self._loop.call_later(self._shutdown_timeout, self._shutdown_timed_out)
-        self._shutdown_task = self._loop.create_task(self._wait_for_close_notify())
-
-    async def _wait_for_close_notify(self) -> None:
-        try:
-            while not self._notified:
-                try:
-                    self._sslobj.unwrap()
-                    break
-                except _WANT:
-                    pass
-                except (ssl.SSLError, ValueError):
-                    break  # (the peer's data after ours, say: the shutdown ends there)
-                if not await self._more():
-                    break
-        except (OSError, RuntimeError):
-            pass  # the socket's error: it is closed anyway
-        finally:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            self._flush()
-            self._raw.close()
-
-    def _shutdown_timed_out(self) -> None:
-        self._timer = None
-        if _HAS_SHUTDOWN_TIMEOUT:
-            # asyncio's: the connection is lost with this error, which wait_closed() raises.
-            self._timed_out = TimeoutError("SSL shutdown timed out")
-            self._raw._fail(self._timed_out)
-        self._raw.abort()
-
-    def abort(self) -> None:
-        """Close at once, without close_notify."""
-        self._closing = True
-        self._plain.clear()
-        self._plain_size = 0
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._raw.abort()
-
-    async def wait_closed(self) -> None:
-        await self._raw.wait_closed()
-
-    def __repr__(self) -> str:
-        return f"<{self.__class__.__name__} raw={self._raw!r}>"
+    def _closing(self) -> bool:
+        return self._layer._closing
