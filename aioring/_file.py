@@ -77,17 +77,35 @@ class RingFileIO(RawFile):
     * ``shared_offset``, ``newline``, ``bufsize``: what the opener set.
     """
 
-    __slots__ = ("_waiters", "busy")  # (read and set at every call: see RawFile's slots)
+    __slots__ = ("_random_end", "_waiters", "busy")  # (read and set at every call: see RawFile's slots)
 
     def __init__(self, fd: int, rawmode: str, name: Any, closefd: bool, st: os.stat_result) -> None:
         super().__init__(fd, rawmode, name, closefd, st)
         self.busy = False
         self._waiters: collections.deque[asyncio.Future[None]] = ()  # type: ignore[assignment]  # calls waiting to take the file
+        self._random_end = -1  # where the last read at random ended (see at_random)
 
     newline: str | None = None  # the text layer's newline argument, for line prefetch
     _read_end = -1  # where the last large read ended (see _large_read)
     _advised = _unadvised = False  # POSIX_FADV_SEQUENTIAL given, and taken back
     bufsize = io.DEFAULT_BUFFER_SIZE  # the buffered layer's size, for prefetch slack
+
+    def at_random(self, n: int) -> bool:
+        """Whether a buffered read of `n` bytes (fewer than DIRECT_READ) at
+        the position is a read at random: one that the window neither holds
+        nor continues, nor continues the last read at random, within the
+        size this file knows.  Such a read goes straight to the file
+        (read_direct), without the window's read-ahead around it: a fill
+        would read a buffer more than was asked and copy it twice."""
+        pos = self.pos
+        ws = self._wstart
+        return (pos != self._random_end and not ws <= pos <= ws + len(self._wbuf) and pos + n <= self.size
+                and not self.shared_offset)
+
+    def read_at_random(self, n: int) -> None:
+        """A read at random of `n` bytes was made at the position (the stdlib
+        file's seek moves the position past it)."""
+        self._random_end = self.pos + n
 
     # -- the async side: used by the wrappers, under `acquire` ---------------
     async def acquire(self) -> None:
@@ -396,6 +414,21 @@ async def read_direct(raw: RingFileIO, n: int) -> bytes:
         _large_read(raw, n)
     got = await _read_into(raw._fd, out, 0, n, raw.pos)
     return bytes(out if got == n else out[:got])
+
+
+async def read_at_random(raw: RingFileIO, n: int) -> bytes:
+    """Read up to `n` bytes (fewer than DIRECT_READ) at the raw position, as
+    a buffered read(n) with nothing buffered would (until n or EOF), through
+    aioring.read: the core tries the page cache first."""
+    pos = raw.pos
+    data = await _ops.read(raw._fd, n, pos)
+    while 0 < len(data) < n:  # (the end of the file; or it grew)
+        more = await _ops.read(raw._fd, n - len(data), pos + len(data))
+        if not more:
+            break
+        data += more
+    raw.read_at_random(len(data))
+    return data
 
 
 def read_rest_now(raw: RingFileIO, n: int) -> bytes | None:

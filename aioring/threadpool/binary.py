@@ -7,7 +7,7 @@ import io
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
-from .._file import (DIRECT_READ, INF, REST_MAX, REST_MIN, RingFileIO, read_direct, read_rest,
+from .._file import (DIRECT_READ, INF, REST_MAX, REST_MIN, RingFileIO, read_at_random, read_direct, read_rest,
                      read_rest_now, readinto_direct, write_direct)
 from .. import _ops
 from .._core import FileMethod
@@ -139,6 +139,22 @@ class _BinaryBase(AsyncFileBase):
         await self._call("writelines", None, lines)
 
     async def seek(self, offset: Any, whence: int = 0) -> int:
+        raw = self._raw
+        if (whence == 0 and type(offset) is int and offset >= 0 and type(self._file) is io.BufferedReader
+                and raw is not None and not raw.busy and not raw.queue and not raw.closed
+                and not raw.shared_offset):
+            # A BufferedReader's seek to a position reads and writes nothing:
+            # at once, paced (a task that only seeks yields now and then).
+            if not pace():
+                pos: int = self._file.seek(offset)
+                return pos
+            raw.busy = True
+            try:
+                await asyncio.sleep(0)
+                pos = self._file.seek(offset)
+                return pos
+            finally:
+                raw.release()
         return await self._call("seek", None, offset, whence, size_fresh=whence == 2)
 
     def readable(self) -> bool:
@@ -173,7 +189,9 @@ class AsyncBufferedIOBase(_BinaryBase):
             if type(size) is int and size >= DIRECT_READ:
                 return await self._read_direct(raw, size)
             if type(size) is int and type(self._file) is io.BufferedReader:
-                chunk: bytes = await self._call_now(raw, "read", size)
+                reads_at_random = size > 0 and raw.at_random(size) and self._file.tell() == raw.pos
+                chunk: bytes = await (self._read_at_random(raw, size) if reads_at_random
+                                      else self._call_now(raw, "read", size))
                 return chunk
         return await self._call("read", self._plan(self._read_plan, size), size)
 
@@ -270,6 +288,19 @@ class AsyncBufferedIOBase(_BinaryBase):
                 raw.begin_call()
                 _moved(raw, file, start - raw.pos)
                 raise
+        finally:
+            raw.release()
+
+    async def _read_at_random(self, raw: RingFileIO, n: int) -> bytes:
+        """A small read with nothing buffered, at random (see
+        RingFileIO.at_random): the bytes asked for, straight from the file
+        at the position, as BufferedReader's read(n) returns them."""
+        raw.busy = True
+        try:
+            raw.begin_call()
+            data = await read_at_random(raw, n)
+            _moved(raw, self._file, len(data))
+            return data
         finally:
             raw.release()
 
