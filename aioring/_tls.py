@@ -396,6 +396,18 @@ class TLSLayer:
         return f"<{self.__class__.__name__} raw={self._raw!r}>"
 
 
+class _Side:
+    """What the layer's two sides keep of it (the hot path reads them
+    without going through the layer)."""
+
+    def __init__(self, layer: TLSLayer) -> None:
+        self._layer = layer
+        self._loop = layer._loop
+        self._raw = layer._raw
+        self._obj = layer._obj  # the TLS library's object
+        self._outgoing = layer._outgoing
+
+
 class _Feed:
     """The raw reader's waiter once the handshake is done, for the receive
     the receiver keeps out: the channel's receive hands it the ciphertext
@@ -432,20 +444,16 @@ class _Feed:
             pass  # (the loop is closed: its ring ends the receive, nobody is left to tell)
 
 
-class TLSReceiver:
+class TLSReceiver(_Side):
     """The plaintext that comes: the receive target of the layer's channel,
     and the StreamReader's reads (its `_tls`).  Decrypted as the ciphertext
     comes, into the reader's buffer or straight into the buffer of a read
     that waits (see the module's docstring)."""
 
     def __init__(self, layer: TLSLayer) -> None:
-        self._layer = layer
-        self._loop = layer._loop
-        self._raw = layer._raw
+        super().__init__(layer)
         self._raw_reader = layer._raw_reader
         self._incoming = layer._incoming
-        self._outgoing = layer._outgoing
-        self._obj = layer._obj
         self._reader: StreamReader | None = None  # the program's reader, once wrapped
         # Whether the last read may have left plaintext of its record in the
         # TLS library (it filled all it was asked for): only then is
@@ -915,16 +923,13 @@ class TLSReceiver:
         return n
 
 
-class TLSSender:
+class TLSSender(_Side):
     """The plaintext that goes: encrypted and handed to the channel's send
     queue; the StreamWriter's `write` and `drain`, and its send queue."""
 
     def __init__(self, layer: TLSLayer) -> None:
-        self._layer = layer
-        self._raw = layer._raw
+        super().__init__(layer)
         self._tx = layer._tx
-        self._obj = layer._obj
-        self._outgoing = layer._outgoing
         # Small writes waiting for the iteration's end, to be encrypted together.
         self._plain: list[bytes] = []
         self._plain_size = 0

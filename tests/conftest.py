@@ -198,3 +198,20 @@ def forked() -> Callable[[Callable[[], Any]], int]:
         _, status = os.waitpid(pid, 0)
         return os.waitstatus_to_exitcode(status)
     return run
+
+
+@pytest.fixture
+def gated_reads(monkeypatch: pytest.MonkeyPatch) -> list[asyncio.Future[None]]:
+    """aioring._ops.read (which the core and the file classes look up at
+    each call) waits for a future of the returned list before it reads: a
+    test decides when a read completes."""
+    gates: list[asyncio.Future[None]] = []
+    real = _ops.read
+
+    async def gated(fd: int, size: int, offset: int = -1) -> bytes:
+        gate = asyncio.get_running_loop().create_future()
+        gates.append(gate)
+        await gate
+        return await real(fd, size, offset)
+    monkeypatch.setattr(_ops, "read", gated)
+    return gates

@@ -41,22 +41,6 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     return seen
 
 
-@pytest.fixture
-def gated_reads(monkeypatch: pytest.MonkeyPatch) -> list[asyncio.Future[None]]:
-    """aioring._ops.read waits for a future of the returned list before it
-    reads: a test decides when a read completes."""
-    gates: list[asyncio.Future[None]] = []
-    real = _ops.read
-
-    async def gated(fd: int, size: int, offset: int = -1) -> bytes:
-        gate = asyncio.get_running_loop().create_future()
-        gates.append(gate)
-        await gate
-        return await real(fd, size, offset)
-    monkeypatch.setattr(_ops, "read", gated)
-    return gates
-
-
 def _outcome(func: Any, *args: Any) -> Any:
     try:
         return func(*args)

@@ -129,23 +129,6 @@ async def test_a_closed_file_raises_as_fileio(path: Path) -> None:
         assert str(actual.value) == str(expected.value)
 
 
-@pytest.fixture
-def gated_reads(monkeypatch: pytest.MonkeyPatch) -> list[asyncio.Future[None]]:
-    """aioring._ops.read (which the core looks up at each call) waits for a
-    future of the returned list before it reads: a test decides when a read
-    completes."""
-    gates: list[asyncio.Future[None]] = []
-    real = _ops.read
-
-    async def gated(fd: int, size: int, offset: int = -1) -> bytes:
-        gate = asyncio.get_running_loop().create_future()
-        gates.append(gate)
-        await gate
-        return await real(fd, size, offset)
-    monkeypatch.setattr(_ops, "read", gated)
-    return gates
-
-
 async def test_a_read_completes_after_its_wait(path: Path, gated_reads: list[asyncio.Future[None]]) -> None:
     async with aioring.open(path, "rb", buffering=0) as f:
         await f.seek(10)
