@@ -73,6 +73,7 @@ class RingFileIO(RawFile):
       (or ``finish_close_now``) performs.
     * ``begin_call``/``end_call`` around a call; ``holds``/``holds_line``
       ask the window, ``fill``/``fill_line`` fill it through the ring;
+      ``at_random``/``read_at_random`` tell and note a read at random;
       ``refresh_size``; ``closes_at_once``.
     * ``shared_offset``, ``newline``, ``bufsize``: what the opener set.
     """
