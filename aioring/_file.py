@@ -406,30 +406,23 @@ async def read_direct(raw: RingFileIO, n: int) -> bytes:
     """Read up to `n` bytes at the raw position straight into the result, as
     a buffered read(n) with nothing buffered would (loops until n or EOF).
 
-    A large read lets the kernel fill a new bytes object, as os.read fills the
-    one it returns: nothing else can see it before it is returned, and no
-    copy follows the kernel's (bytes of length 0 and 1 are shared objects,
-    hence the bytearray for small reads)."""
-    out: bytes | bytearray = _ops.new_bytes(n) if n >= 4096 else bytearray(n)
-    if n >= DIRECT_READ:
-        _large_read(raw, n)
-    got = await _read_into(raw._fd, out, 0, n, raw.pos)
-    return bytes(out if got == n else out[:got])
-
-
-async def read_at_random(raw: RingFileIO, n: int) -> bytes:
-    """Read up to `n` bytes (fewer than DIRECT_READ) at the raw position, as
-    a buffered read(n) with nothing buffered would (until n or EOF), through
-    aioring.read: the core tries the page cache first."""
+    A read of DIRECT_READ or more lets the kernel fill a new bytes object, as
+    os.read fills the one it returns: nothing else can see it before it is
+    returned, and no copy follows the kernel's.  A smaller one is
+    aioring.read's, whose try of the page cache is the core's."""
     pos = raw.pos
-    data = await _ops.read(raw._fd, n, pos)
-    while 0 < len(data) < n:  # (the end of the file; or it grew)
-        more = await _ops.read(raw._fd, n - len(data), pos + len(data))
-        if not more:
-            break
-        data += more
-    raw.read_at_random(len(data))
-    return data
+    if n < DIRECT_READ:
+        data = await _ops.read(raw._fd, n, pos)
+        while 0 < len(data) < n:  # (the end of the file; or it grew)
+            more = await _ops.read(raw._fd, n - len(data), pos + len(data))
+            if not more:
+                break
+            data += more
+        return data
+    out = _ops.new_bytes(n)
+    _large_read(raw, n)
+    got = await _read_into(raw._fd, out, 0, n, pos)
+    return out if got == n else out[:got]
 
 
 def read_rest_now(raw: RingFileIO, n: int) -> bytes | None:

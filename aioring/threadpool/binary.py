@@ -7,7 +7,7 @@ import io
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
-from .._file import (DIRECT_READ, INF, REST_MAX, REST_MIN, RingFileIO, read_at_random, read_direct, read_rest,
+from .._file import (DIRECT_READ, INF, REST_MAX, REST_MIN, RingFileIO, read_direct, read_rest,
                      read_rest_now, readinto_direct, write_direct)
 from .. import _ops
 from .._core import FileMethod
@@ -298,7 +298,8 @@ class AsyncBufferedIOBase(_BinaryBase):
         raw.busy = True
         try:
             raw.begin_call()
-            data = await read_at_random(raw, n)
+            data = await read_direct(raw, n)
+            raw.read_at_random(len(data))
             _moved(raw, self._file, len(data))
             return data
         finally:
